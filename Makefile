@@ -1,0 +1,42 @@
+# fp8rl — `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets with what they do
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+.PHONY: setup
+setup: $(STAMP) ## Create .venv and install fp8rl with its dev extra (quick when already set up)
+
+.PHONY: test
+test: setup ## Run the test suite without tests marked slow
+	$(PY) -m pytest -q
+
+.PHONY: test-all
+test-all: setup ## Run every test, slow end-to-end ones included
+	$(PY) -m pytest -q -m ''
+
+.PHONY: lint
+lint: setup ## ruff check and format check
+	$(VENV)/bin/ruff check fp8rl tests benchmarks
+	$(VENV)/bin/ruff format --check fp8rl tests benchmarks
+
+.PHONY: bench-numerics
+bench-numerics: setup ## Time fwd+bwd of a small transformer per precision recipe (writes a table to stdout)
+	$(PY) benchmarks/bench_numerics.py
+
+.PHONY: clean
+clean: ## Remove caches (keeps .venv and runs/)
+	rm -rf .pytest_cache .ruff_cache build *.egg-info

@@ -1,0 +1,1 @@
+"""fp8rl: full-pipeline FP8 RL reproduction harness."""
