@@ -1,0 +1,51 @@
+"""One vocabulary for precision, used by every other room of fp8rl.
+
+* :mod:`.formats` — E4M3 / E5M2, saturating casts.
+* :mod:`.scaling` — quantise / dequantise at tensorwise, rowwise and blockwise granularity.
+* :mod:`.recipes` — per-GEMM-operand format and scale rule; ``get_recipe(name)``.
+* :mod:`.bf16` — BF16 emulation (rounding with FP32 compute) for a CPU without BF16.
+* :mod:`.training` — ``apply_fp8_training(model, recipe)`` and the ``high_precision``
+  (BF16 shadow) context.
+* :mod:`.rollout` — vLLM-style online FP8 rollout weights, re-quantised at every sync.
+* :mod:`.stats` — amax, scales, saturation and underflow, per layer.
+"""
+
+from fp8rl.numerics.bf16 import emulate_bf16, round_bf16
+from fp8rl.numerics.formats import Fp8Format, cast_to_fp8, format_info, round_to_fp8
+from fp8rl.numerics.recipes import RECIPE_NAMES, Fp8Recipe, OperandSpec, get_recipe
+from fp8rl.numerics.rollout import (
+    RolloutQuantConfig,
+    make_rollout_model,
+    quantize_rollout_weight,
+    sync_rollout_weights,
+)
+from fp8rl.numerics.scaling import QuantizedTensor, dequantize, fake_quantize, quantize
+from fp8rl.numerics.stats import fp8_tensor_stats, record_activation_stats, weight_fp8_stats
+from fp8rl.numerics.training import apply_fp8_training, fp8_linear_names, high_precision
+
+__all__ = [
+    "RECIPE_NAMES",
+    "Fp8Format",
+    "Fp8Recipe",
+    "OperandSpec",
+    "QuantizedTensor",
+    "RolloutQuantConfig",
+    "apply_fp8_training",
+    "cast_to_fp8",
+    "dequantize",
+    "emulate_bf16",
+    "fake_quantize",
+    "format_info",
+    "fp8_linear_names",
+    "fp8_tensor_stats",
+    "get_recipe",
+    "high_precision",
+    "make_rollout_model",
+    "quantize",
+    "quantize_rollout_weight",
+    "record_activation_stats",
+    "round_bf16",
+    "round_to_fp8",
+    "sync_rollout_weights",
+    "weight_fp8_stats",
+]

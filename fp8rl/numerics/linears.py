@@ -1,0 +1,220 @@
+"""Linear layers that own their precision, and the one switch that makes them BF16.
+
+All precision-aware linears derive from :class:`PrecisionLinear` (an ``nn.Linear`` with the
+same ``weight``/``bias`` parameters, so state dicts and checkpoints are unchanged). Each
+has an FP8 (or BF16) forward and a ``high_precision`` flag; when the flag is set the layer
+computes the BF16-emulated result ``round(F.linear(round(x), round(W), round(b)))``. That is
+how :func:`fp8rl.numerics.training.high_precision` gives the BF16 "shadow" forward of
+Calibrated Clipping on the same weights without copying them.
+
+* :class:`Bf16Linear` — BF16-emulated linear (the ``bf16`` recipe, and the LM head of FP8
+  models unless it is FP8 too).
+* :class:`EmulatedFp8Linear` — all three GEMMs with FP8-rounded operands and FP32
+  accumulation, operand by operand as the recipe says (blockwise, and cross-checks of
+  tensorwise/rowwise).
+* :class:`TorchAOFloat8Linear` — TorchAO's ``Float8Linear`` (real ``torch._scaled_mm``, which
+  runs on this CPU) with the precision switch added; ``isinstance(m, Float8Linear)`` holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchao.float8.float8_linear import Float8Linear
+
+from fp8rl.numerics.bf16 import round_bf16
+from fp8rl.numerics.recipes import Fp8Recipe, OperandSpec
+from fp8rl.numerics.scaling import fake_quantize
+
+__all__ = [
+    "Bf16Linear",
+    "EmulatedFp8Linear",
+    "PrecisionLinear",
+    "TorchAOFloat8Linear",
+    "bf16_linear",
+    "emulated_fp8_linear",
+    "swap_linears",
+]
+
+
+def bf16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """BF16-emulated linear: BF16 operands, FP32 accumulation, BF16 output."""
+    b = None if bias is None else round_bf16(bias)
+    return round_bf16(F.linear(round_bf16(x), round_bf16(weight), b))
+
+
+class PrecisionLinear(nn.Linear):
+    """Base of the precision-aware linears; see the module docstring."""
+
+    high_precision: bool = False  # set per instance by the high_precision() context
+    round_io: bool = True  # BF16-round input and output around the FP8 GEMM
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.high_precision:
+            return bf16_linear(x, self.weight, self.bias)
+        return self.fp8_forward(x)
+
+    def fp8_forward(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @classmethod
+    def _adopt(cls, mod: nn.Linear, **kwargs: Any) -> PrecisionLinear:
+        """A ``cls`` sharing ``mod``'s parameters (no copy)."""
+        with torch.device("meta"):
+            new = cls(mod.in_features, mod.out_features, bias=False, **kwargs)
+        new.weight = mod.weight
+        new.bias = mod.bias
+        return new
+
+
+class Bf16Linear(PrecisionLinear):
+    def fp8_forward(self, x: torch.Tensor) -> torch.Tensor:
+        return bf16_linear(x, self.weight, self.bias)
+
+    @classmethod
+    def from_linear(cls, mod: nn.Linear) -> Bf16Linear:
+        return cls._adopt(mod)  # type: ignore[return-value]
+
+
+def _fq(t: torch.Tensor, spec: OperandSpec, contract_dim: int) -> torch.Tensor:
+    # feature dimensions were checked when the layer was built; a ragged token dimension
+    # (contract_dim 0 of an activation, or the rows of a 1xN group) pads (documented)
+    return fake_quantize(t, spec.fmt, spec.block(contract_dim), spec.pow2_scales, partial="pad")
+
+
+class _EmulatedFp8Matmul(torch.autograd.Function):
+    """``x @ W.T`` with each of the three GEMMs on FP8-rounded operands (FP32 accumulate)."""
+
+    @staticmethod
+    def forward(ctx: Any, x2d: torch.Tensor, weight: torch.Tensor, specs: dict) -> torch.Tensor:
+        wq = _fq(weight, specs["weight"], 1)
+        out = _fq(x2d, specs["input"], 1) @ wq.t()
+        same_w = specs["weight_for_grad_input"] == specs["weight"] and _symmetric(specs["weight"])
+        ctx.specs = specs
+        ctx.save_for_backward(x2d, weight, wq if same_w else None)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x2d, weight, wq = ctx.saved_tensors
+        s = ctx.specs
+        grad_x = grad_w = None
+        if ctx.needs_input_grad[0]:
+            if wq is None:  # grad-input contracts N = dim 0 of W
+                wq = _fq(weight, s["weight_for_grad_input"], 0)
+            grad_x = _fq(grad_out, s["grad_output"], 1) @ wq
+        if ctx.needs_input_grad[1]:  # grad-weight contracts the tokens = dim 0 of dy and x
+            gq = _fq(grad_out, s["grad_output_for_grad_weight"], 0)
+            grad_w = gq.t() @ _fq(x2d, s["input_for_grad_weight"], 0)
+        return grad_x, grad_w, None
+
+
+def _symmetric(spec: OperandSpec) -> bool:
+    return spec.group_contract == spec.group_other
+
+
+def emulated_fp8_linear(
+    x: torch.Tensor, weight: torch.Tensor, specs: dict[str, OperandSpec]
+) -> torch.Tensor:
+    """Functional form of :class:`EmulatedFp8Linear` without bias or BF16 rounding."""
+    out = _EmulatedFp8Matmul.apply(x.reshape(-1, x.shape[-1]), weight, specs)
+    return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
+class EmulatedFp8Linear(PrecisionLinear):
+    """FP8 training linear emulated with FP32 compute (any per-operand recipe)."""
+
+    def __init__(self, *args: Any, recipe: Fp8Recipe, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if recipe.specs is None:
+            raise ValueError(f"recipe {recipe.name!r} has no FP8 operands")
+        check_linear_shape(self.in_features, self.out_features, recipe, name="")
+        self.specs = dict(recipe.specs)
+        self.round_io = recipe.emulate_bf16
+        self.recipe_name = recipe.name
+
+    def fp8_forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.round_io:
+            x = round_bf16(x)
+        out = emulated_fp8_linear(x, self.weight, self.specs)
+        if self.bias is not None:
+            out = out + (round_bf16(self.bias) if self.round_io else self.bias)
+        return round_bf16(out) if self.round_io else out
+
+    @classmethod
+    def from_linear(cls, mod: nn.Linear, recipe: Fp8Recipe) -> EmulatedFp8Linear:
+        return cls._adopt(mod, recipe=recipe)  # type: ignore[return-value]
+
+    def extra_repr(self) -> str:
+        ops = ", ".join(f"{k}={v.describe()}" for k, v in self.specs.items())
+        return f"{super().extra_repr()}, recipe={self.recipe_name}, {ops}"
+
+
+class TorchAOFloat8Linear(PrecisionLinear, Float8Linear):
+    """TorchAO's ``Float8Linear`` plus the BF16 switch and BF16 rounding around it."""
+
+    def fp8_forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.round_io:
+            x = round_bf16(x)
+        out = Float8Linear.forward(self, x)
+        return round_bf16(out) if self.round_io else out
+
+    @classmethod
+    def from_linear(cls, mod: nn.Linear, recipe: Fp8Recipe) -> TorchAOFloat8Linear:
+        new = cls.from_float(mod, config=recipe.to_torchao_config())
+        new.round_io = recipe.emulate_bf16
+        return new
+
+
+def check_linear_shape(in_features: int, out_features: int, recipe: Fp8Recipe, name: str) -> None:
+    """Raise if a recipe's scaling groups cannot tile a linear of this shape."""
+    if recipe.specs is None:
+        return
+    where = f"linear {name!r} " if name else "linear "
+    if recipe.backend == "torchao":
+        for dim, n in (("in_features", in_features), ("out_features", out_features)):
+            if n % 16:
+                raise ValueError(
+                    f"{where}has {dim}={n}; torch._scaled_mm needs multiples of 16. "
+                    "Exclude it with a module filter or change the model width."
+                )
+        return
+    for spec_name, spec in recipe.specs.items():
+        for dim, n in (("in_features", in_features), ("out_features", out_features)):
+            # feature dims are contracted or kept by weights and activations alike; every
+            # finite group size along them must divide them
+            sizes = {spec.group_contract, spec.group_other} - {None, 1}
+            for g in sizes:
+                if n % g:
+                    raise ValueError(
+                        f"{where}has {dim}={n}, not a multiple of the {g}-element scaling "
+                        f"group of {spec_name} ({spec.describe()}) in recipe {recipe.name!r}. "
+                        f"Use a block_size dividing {n}, a model width that is a multiple of "
+                        f"{g}, or exclude the layer with a module filter."
+                    )
+
+
+def swap_linears(
+    model: nn.Module,
+    factory: Callable[[str, nn.Linear], nn.Module],
+    keep: Callable[[str, nn.Linear], bool],
+) -> list[str]:
+    """Replace every ``nn.Linear`` (or subclass) for which ``keep(name, mod)`` holds.
+
+    Returns the qualified names of the replaced modules. The root module itself is never
+    replaced.
+    """
+    targets = [
+        (name, mod)
+        for name, mod in model.named_modules()
+        if name and isinstance(mod, nn.Linear) and keep(name, mod)
+    ]
+    for name, mod in targets:
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, attr, factory(name, mod))
+    return [name for name, _ in targets]

@@ -1,0 +1,265 @@
+"""Precision recipes: per GEMM operand, the FP8 format and the scale rule.
+
+A linear layer ``y = x @ W.T`` (x: tokens x K, W: N x K) runs three GEMMs in training::
+
+    output       y  = x  @ W.T     contracts K   operands: input, weight
+    grad_input   dx = dy @ W       contracts N   operands: grad_output, weight_for_grad_input
+    grad_weight  dW = dy.T @ x     contracts T   operands: grad_output_for_grad_weight,
+                                                           input_for_grad_weight
+
+Each of the six operand slots gets an :class:`OperandSpec`: a format and a scaling group
+described *relative to the GEMM* — ``group_contract`` elements along the contracted
+dimension by ``group_other`` along the kept one (``None`` = the whole extent). That one
+vocabulary spells every recipe the paper uses, so format and granularity are never
+confounded:
+
+* ``tensorwise`` (TorchAO): one scale per tensor; E4M3 for input and weight, **E5M2 for the
+  output gradient** (TorchAO's default ``Float8LinearConfig()``).
+* ``rowwise`` (TorchAO): one scale per row along the contracted dimension (per token for
+  activations, per output channel for weights, per channel across tokens in grad-weight),
+  E4M3 everywhere, **scales rounded down to powers of two** (``round_scales_to_power_of_2``).
+* ``blockwise`` (DeepSeek-V3): activations and output gradients in 1x128 groups along the
+  contraction, weights in 128x128 tiles, and in grad-weight both operands in 128x1 groups
+  (128 tokens of one channel); E4M3 everywhere, plain amax scales.
+* ``bf16``: no FP8; every operand (and, through :mod:`fp8rl.numerics.bf16`, every activation)
+  is rounded to BF16 with FP32 compute — this CPU has no native BF16.
+* ``fp32``: nothing is rounded; the numerical reference.
+
+Settings a recipe logs (``to_dict``) beyond the operand specs: which backend executes it,
+whether the model around the FP8 GEMMs is BF16-emulated, whether the LM head is FP8,
+the block size, and TorchAO's fast-accumulation flag for the output GEMM (GPU only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fp8rl.numerics.formats import Fp8Format
+from fp8rl.numerics.scaling import Block
+
+__all__ = [
+    "OPERAND_SLOTS",
+    "RECIPE_NAMES",
+    "Fp8Recipe",
+    "OperandSpec",
+    "get_recipe",
+]
+
+OPERAND_SLOTS = (
+    "input",
+    "weight",
+    "grad_output",
+    "weight_for_grad_input",
+    "grad_output_for_grad_weight",
+    "input_for_grad_weight",
+)
+Backend = Literal["none", "bf16", "torchao", "emulated"]
+
+
+@dataclass(frozen=True)
+class OperandSpec:
+    """How one GEMM operand is cast: format, scaling group, scale rounding."""
+
+    fmt: Fp8Format = Fp8Format.E4M3
+    group_contract: int | None = None  # group length along the contracted dim (None: all)
+    group_other: int | None = None  # group length along the kept dim (None: all)
+    pow2_scales: bool = False
+
+    def block(self, contract_dim: int) -> Block:
+        """The scaling block over the stored 2-D tensor whose ``contract_dim`` is contracted."""
+        if contract_dim == 1:
+            return (self.group_other, self.group_contract)
+        if contract_dim == 0:
+            return (self.group_contract, self.group_other)
+        raise ValueError(f"contract_dim must be 0 or 1, got {contract_dim}")
+
+    @property
+    def granularity(self) -> str:
+        g = (self.group_contract, self.group_other)
+        if g == (None, None):
+            return "tensorwise"
+        if g == (None, 1):
+            return "rowwise"
+        return f"block(contract={self.group_contract or 'all'},keep={self.group_other or 'all'})"
+
+    def describe(self) -> str:
+        return f"{self.fmt.value}/{self.granularity}" + ("/pow2" if self.pow2_scales else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fmt": self.fmt.value,
+            "group_contract": self.group_contract,
+            "group_other": self.group_other,
+            "pow2_scales": self.pow2_scales,
+        }
+
+
+@dataclass(frozen=True)
+class Fp8Recipe:
+    """A named precision recipe. ``specs`` is None for the high-precision recipes."""
+
+    name: str
+    backend: Backend
+    specs: dict[str, OperandSpec] | None = None
+    emulate_bf16: bool = True  # round everything around the GEMMs to BF16 (the paper's stack)
+    include_lm_head: bool = False  # the LM head stays BF16 unless asked (torchtitan default)
+    block_size: int = 128
+    fast_accum_output: bool = True  # TorchAO's output-GEMM fast accumulation (no effect on CPU)
+
+    @property
+    def is_fp8(self) -> bool:
+        return self.specs is not None
+
+    def spec(self, slot: str) -> OperandSpec:
+        if self.specs is None:
+            raise ValueError(f"recipe {self.name!r} has no FP8 operands")
+        return self.specs[slot]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every setting, for logging and for the run config."""
+        return {
+            "name": self.name,
+            "backend": self.backend,
+            "emulate_bf16": self.emulate_bf16,
+            "include_lm_head": self.include_lm_head,
+            "block_size": self.block_size,
+            "fast_accum_output": self.fast_accum_output,
+            "operands": (
+                None if self.specs is None else {k: v.to_dict() for k, v in self.specs.items()}
+            ),
+        }
+
+    def to_torchao_config(self) -> Any:
+        """The TorchAO ``Float8LinearConfig`` implementing this recipe (tensor/row scaling only)."""
+        from torchao.float8 import CastConfig, Float8GemmConfig, Float8LinearConfig
+        from torchao.float8.config import ScalingGranularity
+
+        if self.specs is None:
+            raise ValueError(f"recipe {self.name!r} is not an FP8 recipe")
+        pow2 = {s.pow2_scales for s in self.specs.values()}
+        if len(pow2) != 1:
+            raise ValueError("TorchAO rounds scales to powers of two for all operands or none")
+
+        def cast(spec: OperandSpec) -> Any:
+            if spec.granularity == "tensorwise":
+                gran = ScalingGranularity.TENSORWISE
+            elif spec.granularity == "rowwise":
+                gran = ScalingGranularity.AXISWISE
+            else:
+                raise ValueError(
+                    f"TorchAO's Float8Linear cannot express {spec.describe()}; "
+                    "use backend='emulated' for block scaling"
+                )
+            return CastConfig(scaling_granularity=gran, target_dtype=spec.fmt.dtype)
+
+        s = self.specs
+        return Float8LinearConfig(
+            cast_config_input=cast(s["input"]),
+            cast_config_weight=cast(s["weight"]),
+            cast_config_grad_output=cast(s["grad_output"]),
+            cast_config_input_for_grad_weight=cast(s["input_for_grad_weight"]),
+            cast_config_weight_for_grad_input=cast(s["weight_for_grad_input"]),
+            cast_config_grad_output_for_grad_weight=cast(s["grad_output_for_grad_weight"]),
+            gemm_config_output=Float8GemmConfig(use_fast_accum=self.fast_accum_output),
+            round_scales_to_power_of_2=pow2.pop(),
+        )
+
+
+def _uniform(spec: OperandSpec) -> dict[str, OperandSpec]:
+    return dict.fromkeys(OPERAND_SLOTS, spec)
+
+
+def _tensorwise(grad_output_fmt: Fp8Format, pow2: bool) -> dict[str, OperandSpec]:
+    e4 = OperandSpec(Fp8Format.E4M3, None, None, pow2)
+    go = OperandSpec(grad_output_fmt, None, None, pow2)
+    specs = _uniform(e4)
+    specs["grad_output"] = specs["grad_output_for_grad_weight"] = go
+    return specs
+
+
+def _rowwise(grad_output_fmt: Fp8Format, pow2: bool) -> dict[str, OperandSpec]:
+    specs = _uniform(OperandSpec(Fp8Format.E4M3, None, 1, pow2))
+    go = OperandSpec(grad_output_fmt, None, 1, pow2)
+    specs["grad_output"] = specs["grad_output_for_grad_weight"] = go
+    return specs
+
+
+def _blockwise(grad_output_fmt: Fp8Format, pow2: bool, b: int) -> dict[str, OperandSpec]:
+    act = OperandSpec(Fp8Format.E4M3, b, 1, pow2)  # 1 x b along the contraction
+    tile = OperandSpec(Fp8Format.E4M3, b, b, pow2)  # b x b weight tiles
+    go = OperandSpec(grad_output_fmt, b, 1, pow2)
+    return {
+        "input": act,
+        "weight": tile,
+        "grad_output": go,
+        "weight_for_grad_input": tile,
+        "grad_output_for_grad_weight": go,  # b tokens x 1 channel (contraction is tokens)
+        "input_for_grad_weight": act,
+    }
+
+
+# name -> (backend, default grad-output format, default pow2 scales)
+_DEFAULTS: dict[str, tuple[Backend, Fp8Format | None, bool]] = {
+    "fp32": ("none", None, False),
+    "bf16": ("bf16", None, False),
+    "tensorwise": ("torchao", Fp8Format.E5M2, False),
+    "rowwise": ("torchao", Fp8Format.E4M3, True),
+    "blockwise": ("emulated", Fp8Format.E4M3, False),
+}
+RECIPE_NAMES = tuple(_DEFAULTS)
+
+
+def get_recipe(
+    name: str,
+    *,
+    grad_output_format: Fp8Format | str | None = None,
+    pow2_scales: bool | None = None,
+    block_size: int = 128,
+    include_lm_head: bool = False,
+    backend: Backend | None = None,
+    emulate_bf16: bool | None = None,
+) -> Fp8Recipe:
+    """Build a recipe by name with explicit overrides of the settings TorchAO fixes.
+
+    ``backend='emulated'`` runs a tensorwise or rowwise recipe through the same
+    FP32-compute emulation as blockwise (a cross-check of TorchAO, and the route for
+    variants TorchAO cannot express).
+    """
+    if name not in _DEFAULTS:
+        raise ValueError(f"unknown precision recipe {name!r}; expected one of {RECIPE_NAMES}")
+    if block_size <= 0:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    default_backend, default_go, default_pow2 = _DEFAULTS[name]
+    if name in ("fp32", "bf16"):
+        if backend not in (None, default_backend):
+            raise ValueError(f"recipe {name!r} has no FP8 GEMMs; backend {backend!r} is invalid")
+        return Fp8Recipe(
+            name=name,
+            backend=default_backend,
+            specs=None,
+            emulate_bf16=(name == "bf16") if emulate_bf16 is None else emulate_bf16,
+            include_lm_head=include_lm_head,
+            block_size=block_size,
+        )
+    go = Fp8Format(grad_output_format) if grad_output_format is not None else default_go
+    pow2 = default_pow2 if pow2_scales is None else pow2_scales
+    if name == "tensorwise":
+        specs = _tensorwise(go, pow2)
+    elif name == "rowwise":
+        specs = _rowwise(go, pow2)
+    else:
+        specs = _blockwise(go, pow2, block_size)
+    chosen = backend or default_backend
+    if name == "blockwise" and chosen == "torchao":
+        raise ValueError("TorchAO's Float8Linear has no block scaling; use backend='emulated'")
+    if chosen not in ("torchao", "emulated"):
+        raise ValueError(f"FP8 recipe {name!r} runs on 'torchao' or 'emulated', not {chosen!r}")
+    return Fp8Recipe(
+        name=name,
+        backend=chosen,
+        specs=specs,
+        emulate_bf16=True if emulate_bf16 is None else emulate_bf16,
+        include_lm_head=include_lm_head,
+        block_size=block_size,
+    )

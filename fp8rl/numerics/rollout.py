@@ -1,0 +1,167 @@
+"""FP8 rollout weights, as vLLM's online FP8 quantisation makes them.
+
+In an FP8 RL pipeline the trainer holds high-precision master weights; after every weight
+sync the rollout engine re-quantises them (vLLM ``quantization="fp8"``; FlashRL's patch
+does the same each sync) and samples with W8A8 GEMMs: FP8 weights with a static scale per
+tensor, per output channel or per 128x128 block, and activations quantised dynamically per
+tensor, per token or per 1x128 group at every call. Everything around the GEMMs is BF16.
+
+:func:`make_rollout_model` builds that sampling copy once; :func:`sync_rollout_weights`
+re-quantises the master weights into it in place (no reallocation), which is what a
+trainer calls after each optimiser step that the rollout should see. The master weights
+are first rounded to BF16, as the engine receives BF16 weights.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from fp8rl.numerics.bf16 import emulate_bf16, round_bf16
+from fp8rl.numerics.formats import Fp8Format
+from fp8rl.numerics.linears import Bf16Linear, PrecisionLinear, swap_linears
+from fp8rl.numerics.scaling import Block, fake_quantize
+from fp8rl.numerics.training import lm_head_names
+
+__all__ = [
+    "Fp8RolloutLinear",
+    "RolloutQuantConfig",
+    "make_rollout_model",
+    "quantize_rollout_weight",
+    "sync_rollout_weights",
+]
+
+WeightScale = Literal["tensor", "channel", "block"]
+ActScale = Literal["tensor", "token", "group"]
+
+
+@dataclass(frozen=True)
+class RolloutQuantConfig:
+    """How the rollout engine quantises. Defaults are vLLM's online FP8 (per-tensor)."""
+
+    weight_scale: WeightScale = "tensor"
+    activation_scale: ActScale | None = None  # None: tensor / token / group to match weights
+    block_size: int = 128
+    fmt: Fp8Format = Fp8Format.E4M3
+    include_lm_head: bool = False
+
+    def __post_init__(self) -> None:
+        if self.weight_scale not in ("tensor", "channel", "block"):
+            raise ValueError(f"weight_scale must be tensor/channel/block: {self.weight_scale!r}")
+        if self.activation_scale not in (None, "tensor", "token", "group"):
+            raise ValueError(
+                f"activation_scale must be tensor/token/group, not {self.activation_scale!r}"
+            )
+        if self.block_size <= 0:
+            raise ValueError(f"block_size must be positive, got {self.block_size}")
+        object.__setattr__(self, "fmt", Fp8Format(self.fmt))
+
+    @property
+    def act(self) -> ActScale:
+        default: dict[str, ActScale] = {"tensor": "tensor", "channel": "token", "block": "group"}
+        return self.activation_scale or default[self.weight_scale]
+
+    def weight_block(self) -> Block:
+        b = self.block_size
+        return {"tensor": (None, None), "channel": (1, None), "block": (b, b)}[self.weight_scale]
+
+    def activation_block(self) -> Block:
+        return {"tensor": (None, None), "token": (1, None), "group": (1, self.block_size)}[self.act]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["fmt"] = self.fmt.value
+        d["activation_scale"] = self.act
+        return d
+
+
+def quantize_rollout_weight(weight: torch.Tensor, cfg: RolloutQuantConfig) -> torch.Tensor:
+    """The FP8 value of every weight as the rollout engine holds it (BF16 first, then FP8)."""
+    return fake_quantize(round_bf16(weight.detach()), cfg.fmt, cfg.weight_block())
+
+
+class Fp8RolloutLinear(PrecisionLinear):
+    """W8A8 linear of the rollout engine. ``weight`` holds the FP8 values (dequantised)."""
+
+    def __init__(self, *args: Any, cfg: RolloutQuantConfig, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cfg = cfg
+
+    def fp8_forward(self, x: torch.Tensor) -> torch.Tensor:
+        xq = fake_quantize(round_bf16(x), self.cfg.fmt, self.cfg.activation_block(), partial="pad")
+        out = torch.nn.functional.linear(xq, self.weight)
+        if self.bias is not None:
+            out = out + round_bf16(self.bias)
+        return round_bf16(out)
+
+    def extra_repr(self) -> str:
+        c = self.cfg
+        return f"{super().extra_repr()}, w8={c.weight_scale}, a8={c.act}, fmt={c.fmt.value}"
+
+
+def _check_shapes(model: nn.Module, cfg: RolloutQuantConfig, names: list[str]) -> None:
+    if cfg.weight_scale != "block" and cfg.act != "group":
+        return
+    for name in names:
+        mod = model.get_submodule(name)
+        for dim, n in (("in_features", mod.in_features), ("out_features", mod.out_features)):
+            if n % cfg.block_size:
+                raise ValueError(
+                    f"rollout linear {name!r} has {dim}={n}, not a multiple of the rollout "
+                    f"block size {cfg.block_size}; use per-tensor/per-channel scales or "
+                    "another block_size"
+                )
+
+
+def make_rollout_model(master: nn.Module, cfg: RolloutQuantConfig | None) -> nn.Module:
+    """A sampling copy of ``master``: BF16 everywhere, FP8 W8A8 linears if ``cfg`` is given.
+
+    ``cfg=None`` gives the BF16 rollout engine. The copy never requires grad; call
+    :func:`sync_rollout_weights` after each weight update.
+    """
+    rollout = copy.deepcopy(master).eval()
+    for p in rollout.parameters():
+        p.requires_grad_(False)
+    heads = lm_head_names(rollout)
+    fp8_names = set()
+    if cfg is not None:
+        fp8_names = {
+            n
+            for n, m in rollout.named_modules()
+            if n and isinstance(m, nn.Linear) and (cfg.include_lm_head or n not in heads)
+        }
+        _check_shapes(rollout, cfg, sorted(fp8_names))
+
+    def factory(name: str, mod: nn.Linear) -> nn.Module:
+        # every linear is rebuilt, so FP8 *training* layers of the master never leak into
+        # the rollout engine: FP8 W8A8 where chosen, BF16 elsewhere
+        if name in fp8_names:
+            return Fp8RolloutLinear._adopt(mod, cfg=cfg)
+        return Bf16Linear._adopt(mod)
+
+    swap_linears(rollout, factory, lambda n, m: True)
+    emulate_bf16(rollout)
+    sync_rollout_weights(rollout, master)
+    return rollout
+
+
+@torch.no_grad()
+def sync_rollout_weights(rollout: nn.Module, master: nn.Module) -> None:
+    """Copy ``master``'s weights into ``rollout``: FP8-quantised for its FP8 linears,
+    BF16-rounded for every other parameter. Names must match (same architecture)."""
+    master_params = dict(master.named_parameters())
+    fp8_weights = {
+        f"{n}.weight": m for n, m in rollout.named_modules() if isinstance(m, Fp8RolloutLinear)
+    }
+    for name, p in rollout.named_parameters():
+        if name not in master_params:
+            raise KeyError(f"rollout parameter {name!r} has no counterpart in the master model")
+        src = master_params[name]
+        if name in fp8_weights:
+            p.copy_(quantize_rollout_weight(src, fp8_weights[name].cfg))
+        else:
+            p.copy_(round_bf16(src.detach()))

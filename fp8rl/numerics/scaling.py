@@ -1,0 +1,196 @@
+"""Scaled FP8 quantisation at any granularity: tensorwise, rowwise, blockwise.
+
+Every granularity is one rule applied to scaling *groups* of a 2-D view of the tensor
+(leading dimensions are flattened into rows, so a ``(batch, seq, hidden)`` activation is a
+``(tokens, hidden)`` matrix). A group is ``block = (rows, cols)``; ``None`` means "the whole
+extent":
+
+=====================  ==================  =============================================
+granularity            ``block``           one scale per
+=====================  ==================  =============================================
+tensorwise             ``(None, None)``    tensor
+rowwise                ``(1, None)``       row (token, or output channel of a weight)
+columnwise             ``(None, 1)``       column (e.g. per channel, across tokens)
+blockwise activation   ``(1, 128)``        1x128 group of one token (DeepSeek-V3)
+blockwise weight       ``(128, 128)``      128x128 tile (DeepSeek-V3)
+blockwise grad-weight  ``(128, 1)``        128 tokens of one channel (DeepSeek-V3)
+=====================  ==================  =============================================
+
+The scale rule is dynamic amax scaling as in TorchAO: per group,
+``mult = fmt.max / max(amax, 1e-12)`` (computed in float64, stored as float32), optionally
+rounded *down* to a power of two (TorchAO's ``round_scales_to_power_of_2``, which makes the
+dequantisation scale exact and leaves up to 2x headroom). Quantised values are
+``q = saturating_cast(x * mult)``; the **returned scale is the dequantisation scale**
+``scale = 1 / mult`` so that ``x ≈ q * scale`` — the convention of ``torch._scaled_mm``'s
+``scale_a``/``scale_b`` arguments.
+
+Shapes a block cannot tile: with ``partial="error"`` (the default) a dimension that is not a
+multiple of the block is rejected with a ``ValueError`` naming the shape and the block.
+With ``partial="pad"`` the trailing group is shorter, which is exactly the result of
+zero-padding to a multiple (zeros change no amax) and cropping afterwards; this is how
+DeepSeek-style kernels treat a ragged token dimension. Feature dimensions of a model
+should divide the block (see :func:`fp8rl.numerics.training.apply_fp8_training`, which
+checks before any compute).
+
+Special values: a NaN anywhere in a group makes that group's amax NaN, so the whole group
+dequantises to NaN (as in TorchAO: a NaN is never silently hidden). An infinity makes the
+group's multiplier 0: finite values in the group quantise to 0 and the infinity to NaN.
+An all-zero group gets ``mult = fmt.max / 1e-12`` and quantises to exact zeros.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from fp8rl.numerics.formats import Fp8Format, format_info
+
+__all__ = [
+    "AMAX_EPS",
+    "Block",
+    "QuantizedTensor",
+    "block_for_granularity",
+    "dequantize",
+    "fake_quantize",
+    "quantize",
+]
+
+AMAX_EPS = 1e-12  # TorchAO's EPS: the smallest amax a scale is computed from
+Block = tuple[int | None, int | None]
+Partial = Literal["error", "pad"]
+
+
+@dataclass(frozen=True)
+class QuantizedTensor:
+    """FP8 data with its dequantisation scales: ``x ≈ data * scale`` group by group.
+
+    ``data`` has the input's shape and an FP8 dtype; ``scale`` is float32 of shape
+    ``(row_groups, col_groups)`` over the 2-D view ``(prod(shape[:-1]), shape[-1])``.
+    """
+
+    data: torch.Tensor
+    scale: torch.Tensor
+    block: tuple[int, int]
+    fmt: Fp8Format
+
+
+def block_for_granularity(granularity: str, block_size: int = 128) -> Block:
+    """The ``block`` of an activation-like operand for a granularity name."""
+    table: dict[str, Block] = {
+        "tensorwise": (None, None),
+        "rowwise": (1, None),
+        "columnwise": (None, 1),
+        "blockwise": (1, block_size),
+    }
+    if granularity not in table:
+        raise ValueError(f"unknown granularity {granularity!r}; expected one of {sorted(table)}")
+    return table[granularity]
+
+
+def _resolve_block(shape2d: tuple[int, int], block: Block, partial: Partial) -> tuple[int, int]:
+    rows, cols = shape2d
+    br = rows if block[0] is None else int(block[0])
+    bc = cols if block[1] is None else int(block[1])
+    if br <= 0 or bc <= 0:
+        raise ValueError(f"block sizes must be positive, got {block}")
+    if partial not in ("error", "pad"):
+        raise ValueError(f"partial must be 'error' or 'pad', got {partial!r}")
+    if partial == "error":
+        for dim, (n, b) in enumerate(((rows, br), (cols, bc))):
+            if n % b:
+                raise ValueError(
+                    f"a {rows}x{cols} tensor (2-D view) cannot be split into {block[0]}x{block[1]}"
+                    f" scaling groups: dimension {dim} has size {n}, not a multiple of {b}. "
+                    "Use a block size that divides it, or partial='pad' for a shorter last group."
+                )
+    return max(min(br, rows), 1), max(min(bc, cols), 1)
+
+
+def _to_2d(x: torch.Tensor) -> torch.Tensor:
+    if x.dim() == 0:
+        return x.reshape(1, 1)
+    if x.dim() == 1:
+        return x.reshape(1, -1)
+    return x.reshape(-1, x.shape[-1])
+
+
+def _multipliers(amax: torch.Tensor, fmt_max: float, pow2: bool) -> torch.Tensor:
+    # float64 as in TorchAO's amax_to_scale, so eager results do not depend on fusion
+    mult = (fmt_max / amax.double().clamp(min=AMAX_EPS)).float()
+    if pow2:
+        mult = torch.exp2(torch.floor(torch.log2(mult)))
+    return mult
+
+
+def _grouped(x2d: torch.Tensor, br: int, bc: int) -> tuple[torch.Tensor, int, int]:
+    """Zero-pad ``x2d`` to multiples of (br, bc) and view it as (nR, br, nC, bc)."""
+    rows, cols = x2d.shape
+    pad_r, pad_c = (-rows) % br, (-cols) % bc
+    if pad_r or pad_c:
+        x2d = F.pad(x2d, (0, pad_c, 0, pad_r))
+    n_r, n_c = (rows + pad_r) // br, (cols + pad_c) // bc
+    return x2d.reshape(n_r, br, n_c, bc), pad_r, pad_c
+
+
+def _quantize_grouped(
+    x: torch.Tensor, fmt: Fp8Format | str, block: Block, pow2: bool, partial: Partial
+) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int], tuple[int, int]]:
+    info = format_info(fmt)
+    x2d = _to_2d(x)
+    br, bc = _resolve_block(tuple(x2d.shape), block, partial)
+    g, pad_r, pad_c = _grouped(x2d, br, bc)
+    amax = g.abs().amax(dim=(1, 3), keepdim=True)
+    mult = _multipliers(amax, info.max, pow2)
+    q = (g * mult).clamp_(-info.max, info.max).to(info.dtype)
+    return q, mult, (br, bc), (pad_r, pad_c)
+
+
+def _ungroup(g: torch.Tensor, pads: tuple[int, int], shape: torch.Size) -> torch.Tensor:
+    n_r, br, n_c, bc = g.shape
+    out = g.reshape(n_r * br, n_c * bc)
+    if pads[0] or pads[1]:
+        out = out[: n_r * br - pads[0], : n_c * bc - pads[1]]
+    return out.reshape(shape)
+
+
+def quantize(
+    x: torch.Tensor,
+    fmt: Fp8Format | str = Fp8Format.E4M3,
+    block: Block = (None, None),
+    pow2_scales: bool = False,
+    partial: Partial = "error",
+) -> QuantizedTensor:
+    """Quantise ``x`` to FP8 with one dynamic amax scale per ``block`` group."""
+    q, mult, resolved, pads = _quantize_grouped(x, fmt, block, pow2_scales, partial)
+    data = _ungroup(q, pads, x.shape)
+    scale = mult.reciprocal().reshape(q.shape[0], q.shape[2])
+    return QuantizedTensor(data=data, scale=scale, block=resolved, fmt=Fp8Format(fmt))
+
+
+def dequantize(qt: QuantizedTensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Inverse of :func:`quantize`: ``data * scale`` broadcast over each group."""
+    shape = qt.data.shape
+    br, bc = qt.block
+    g, pad_r, pad_c = _grouped(_to_2d(qt.data.to(dtype)), br, bc)
+    n_r, n_c = qt.scale.shape
+    out = g * qt.scale.to(dtype).reshape(n_r, 1, n_c, 1)
+    return _ungroup(out, (pad_r, pad_c), shape)
+
+
+def fake_quantize(
+    x: torch.Tensor,
+    fmt: Fp8Format | str = Fp8Format.E4M3,
+    block: Block = (None, None),
+    pow2_scales: bool = False,
+    partial: Partial = "error",
+) -> torch.Tensor:
+    """Quantise then dequantise in one pass: the FP8 value of every element, in x's dtype.
+
+    Equal to ``dequantize(quantize(x, ...))``; this is the hot path of FP8 emulation.
+    """
+    q, mult, _, pads = _quantize_grouped(x, fmt, block, pow2_scales, partial)
+    deq = q.to(x.dtype) * mult.reciprocal().to(x.dtype)
+    return _ungroup(deq, pads, x.shape)
