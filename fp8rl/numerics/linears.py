@@ -14,6 +14,9 @@ Calibrated Clipping on the same weights without copying them.
   tensorwise/rowwise).
 * :class:`TorchAOFloat8Linear` — TorchAO's ``Float8Linear`` (real ``torch._scaled_mm``, which
   runs on this CPU) with the precision switch added; ``isinstance(m, Float8Linear)`` holds.
+  Note TorchAO's rowwise GEMMs return BF16-rounded results even for FP32 inputs
+  (``torch._scaled_mm`` has no FP32 rowwise output); inside a BF16 model that is the
+  rounding the output gets anyway.
 """
 
 from __future__ import annotations

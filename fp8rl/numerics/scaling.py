@@ -32,10 +32,10 @@ DeepSeek-style kernels treat a ragged token dimension. Feature dimensions of a m
 should divide the block (see :func:`fp8rl.numerics.training.apply_fp8_training`, which
 checks before any compute).
 
-Special values: a NaN anywhere in a group makes that group's amax NaN, so the whole group
-dequantises to NaN (as in TorchAO: a NaN is never silently hidden). An infinity makes the
-group's multiplier 0: finite values in the group quantise to 0 and the infinity to NaN.
-An all-zero group gets ``mult = fmt.max / 1e-12`` and quantises to exact zeros.
+Special values: a NaN or an infinity anywhere in a group makes the whole group dequantise
+to NaN (NaN amax; or infinite amax, multiplier 0 and scale inf), as in TorchAO — a
+non-finite value is never silently hidden, and it stays inside its group. An all-zero
+group gets ``mult = fmt.max / 1e-12`` and quantises to exact zeros.
 """
 
 from __future__ import annotations

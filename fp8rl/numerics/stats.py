@@ -34,13 +34,25 @@ STAT_NAMES = ("amax", "scale_min", "scale_max", "saturated_frac", "underflow_fra
 
 
 @torch.no_grad()
-def fp8_tensor_stats(x: torch.Tensor, spec: OperandSpec, contract_dim: int = 1) -> dict[str, float]:
-    """Statistics of casting ``x`` as operand ``spec`` (see module docstring)."""
+def fp8_tensor_stats(
+    x: torch.Tensor,
+    spec: OperandSpec,
+    contract_dim: int = 1,
+    reference_amax: float | None = None,
+) -> dict[str, float]:
+    """Statistics of casting ``x`` as operand ``spec`` (see module docstring).
+
+    ``reference_amax`` scales with a given amax instead of ``x``'s own — a stale or static
+    scale (delayed scaling, a calibrated static activation scale), the case in which
+    saturation happens.
+    """
     info = format_info(spec.fmt)
     x2d = _to_2d(x.detach().float())
     br, bc = _resolve_block(tuple(x2d.shape), spec.block(contract_dim), "pad")
     g, _, _ = _grouped(x2d, br, bc)
     amax = g.abs().amax(dim=(1, 3), keepdim=True)
+    if reference_amax is not None:
+        amax = torch.full_like(amax, reference_amax)
     mult = _multipliers(amax, info.max, spec.pow2_scales)
     scaled = g * mult
     # saturated: beyond max by at least half an FP8 ulp, i.e. an unbounded-range FP8 would
