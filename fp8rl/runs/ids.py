@@ -35,16 +35,22 @@ def to_plain(config: Any) -> dict[str, Any]:
     missing values an error). Raises ``TypeError`` naming the key of anything
     that is not a str-keyed mapping, list, tuple, str, int, float, bool or None.
     """
-    if type(config).__module__.startswith("omegaconf"):
-        from omegaconf import OmegaConf  # only when given one
-
-        config = OmegaConf.to_container(config, resolve=True, throw_on_missing=True)
+    config = _from_omegaconf(config)
     if not isinstance(config, Mapping):
         raise TypeError(f"a config must be a mapping, got {type(config).__name__}")
     return _plain(config, "")
 
 
+def _from_omegaconf(value: Any) -> Any:
+    if type(value).__module__.startswith("omegaconf"):
+        from omegaconf import OmegaConf  # only when given one
+
+        return OmegaConf.to_container(value, resolve=True, throw_on_missing=True)
+    return value
+
+
 def _plain(value: Any, where: str) -> Any:
+    value = _from_omegaconf(value)
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for key, item in value.items():

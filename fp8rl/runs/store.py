@@ -272,8 +272,8 @@ class Run:
     def load_checkpoint(
         self, path: Path | None = None, *, map_location: Any = "cpu", weights_only: bool = True
     ) -> Checkpoint:
-        """Load ``path``, else the checkpoint chosen for resume, else the latest one."""
-        path = path or self.resume_checkpoint or self.latest_checkpoint()
+        """Load ``path``, by default the newest complete checkpoint."""
+        path = path or self.latest_checkpoint()
         if path is None:
             raise RunStoreError(f"{self!r} has no checkpoint")
         return load_checkpoint(path, map_location=map_location, weights_only=weights_only)

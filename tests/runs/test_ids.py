@@ -120,6 +120,8 @@ def test_omegaconf_configs_are_resolved_first() -> None:
     cfg = OmegaConf.create({"eps": 0.2, "clip": {"low": "${eps}"}, "seed": 1})
     assert to_plain(cfg) == {"eps": 0.2, "clip": {"low": 0.2}, "seed": 1}
     assert run_id_for(cfg) == run_id_for({"eps": 0.2, "clip": {"low": 0.2}, "seed": 1})
+    nested = {"model": OmegaConf.create({"layers": [2, 4]}), "ks": OmegaConf.create([1, 2])}
+    assert to_plain(nested) == {"model": {"layers": [2, 4]}, "ks": [1, 2]}
 
 
 def test_unsupported_configs_are_rejected_with_the_key() -> None:
