@@ -1,0 +1,74 @@
+"""The run store: where every run lives, with provenance, atomic writes, resume and staleness.
+
+Ground floor: imports no other fp8rl room, and no torch until a checkpoint or
+provenance needs it. See ``docs/run_store.md`` and :mod:`fp8rl.runs.store`.
+"""
+
+from fp8rl.runs.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
+from fp8rl.runs.checkpoints import (
+    Checkpoint,
+    RngStreams,
+    TrainState,
+    capture_rng_state,
+    checkpoint_step,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    restore_rng_state,
+    save_checkpoint,
+)
+from fp8rl.runs.errors import CorruptLogError, RunLockedError, RunStoreError
+from fp8rl.runs.ids import (
+    RESULTS_VERSION,
+    canonical_json,
+    config_sha256,
+    flatten_config,
+    run_id_for,
+    to_plain,
+)
+from fp8rl.runs.jsonl import StepLog, read_step_log
+from fp8rl.runs.provenance import collect_provenance
+from fp8rl.runs.store import (
+    Decision,
+    Run,
+    RunInfo,
+    RunStatus,
+    RunStore,
+    list_runs,
+    to_records,
+)
+
+__all__ = [
+    "RESULTS_VERSION",
+    "Checkpoint",
+    "CorruptLogError",
+    "Decision",
+    "RngStreams",
+    "Run",
+    "RunInfo",
+    "RunLockedError",
+    "RunStatus",
+    "RunStore",
+    "RunStoreError",
+    "StepLog",
+    "TrainState",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "canonical_json",
+    "capture_rng_state",
+    "checkpoint_step",
+    "collect_provenance",
+    "config_sha256",
+    "flatten_config",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "list_runs",
+    "load_checkpoint",
+    "read_step_log",
+    "restore_rng_state",
+    "run_id_for",
+    "save_checkpoint",
+    "to_plain",
+    "to_records",
+]
