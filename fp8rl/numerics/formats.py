@@ -17,11 +17,20 @@ NaN. This is the behaviour of a scaled FP8 GEMM's input cast (TorchAO's
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["FP8_FORMATS", "FormatInfo", "Fp8Format", "cast_to_fp8", "format_info", "round_to_fp8"]
+__all__ = [
+    "FP8_FORMATS",
+    "FormatInfo",
+    "Fp8Format",
+    "cast_to_fp8",
+    "format_info",
+    "round_to_fp8",
+    "round_to_fp8_grid_",
+]
 
 
 class Fp8Format(enum.StrEnum):
@@ -101,3 +110,27 @@ def cast_to_fp8(x: torch.Tensor, fmt: Fp8Format | str, saturate: bool = True) ->
 def round_to_fp8(x: torch.Tensor, fmt: Fp8Format | str, saturate: bool = True) -> torch.Tensor:
     """Round ``x`` to the nearest FP8 value and return it in ``x``'s dtype (no scaling)."""
     return cast_to_fp8(x, fmt, saturate=saturate).to(x.dtype)
+
+
+def round_to_fp8_grid_(v: torch.Tensor, fmt: Fp8Format | str) -> torch.Tensor:
+    """Round FP32 values already inside ``[-max, max]`` to the FP8 grid, arithmetically.
+
+    Equal to ``v.to(fp8).float()`` (the tests check every code, the midpoints and a
+    million random values; only the sign of a zero result may differ, -0 becoming +0,
+    which no sum or product can tell apart) but about twice as fast on CPU, where the FP8→FP32
+    conversion is not vectorised. The trick: with ``e`` the exponent of ``v`` (clamped to
+    the format's smallest normal exponent, since subnormals share that spacing),
+    ``s = 1.5 * 2**(e + 23 - mantissa_bits)`` has an FP32 ulp equal to the FP8 spacing
+    at ``v``, so ``(v + s) - s`` is ``v`` rounded to that spacing, ties to even. ``v``
+    must be FP32, finite values must already be clamped to ``±max``; NaN stays NaN.
+    The input tensor is not modified; the result is a new tensor.
+    """
+    if v.dtype != torch.float32:
+        raise TypeError(f"round_to_fp8_grid_ needs float32, got {v.dtype}")
+    info = format_info(fmt)
+    min_exp = round(math.log2(info.min_normal))
+    bits = v.view(torch.int32) & 0x7F800000
+    bits.clamp_(min=(127 + min_exp) << 23)
+    bits.add_(((23 - info.mantissa_bits) << 23) | 0x400000)
+    s = bits.view(torch.float32)
+    return torch.add(v, s).sub_(s)

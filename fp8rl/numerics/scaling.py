@@ -46,7 +46,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from fp8rl.numerics.formats import Fp8Format, format_info
+from fp8rl.numerics.formats import Fp8Format, format_info, round_to_fp8_grid_
 
 __all__ = [
     "AMAX_EPS",
@@ -191,6 +191,11 @@ def fake_quantize(
 
     Equal to ``dequantize(quantize(x, ...))``; this is the hot path of FP8 emulation.
     """
-    q, mult, _, pads = _quantize_grouped(x, fmt, block, pow2_scales, partial)
-    deq = q.to(x.dtype) * mult.reciprocal().to(x.dtype)
-    return _ungroup(deq, pads, x.shape)
+    info = format_info(fmt)
+    x2d = _to_2d(x if x.dtype == torch.float32 else x.float())
+    br, bc = _resolve_block(tuple(x2d.shape), block, partial)
+    g, pad_r, pad_c = _grouped(x2d, br, bc)
+    mult = _multipliers(g.abs().amax(dim=(1, 3), keepdim=True), info.max, pow2_scales)
+    scaled = (g * mult).clamp_(-info.max, info.max)
+    deq = round_to_fp8_grid_(scaled, info.name).mul_(mult.reciprocal())
+    return _ungroup(deq, (pad_r, pad_c), x.shape).to(x.dtype)
