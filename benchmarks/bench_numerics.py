@@ -118,7 +118,10 @@ def main() -> None:
         )
 
     print("\nrollout engine (vLLM-style W8A8, forward only, same tokens):\n")
-    print("| rollout weights / activations | forward (s) | vs BF16 rollout | mean abs Δlog-prob vs FP32 |")
+    print(
+        "| rollout weights / activations | forward (s) | vs BF16 rollout "
+        "| mean abs Δlog-prob vs FP32 |"
+    )
     print("|---|---|---|---|")
     rollouts = {
         "bf16": None,
