@@ -71,6 +71,17 @@ def _torchao_blockwise_available(recipe: Fp8Recipe) -> bool:
     return recipe.block_size == 128 and recipe.specs == default.specs and recipe.emulate_bf16
 
 
+def _torchao_blockwise_class() -> type[nn.Module]:  # pragma: no cover - needs an SM90 GPU
+    """TorchAO's blockwise linear with the high-precision switch (imports Triton)."""
+    from torchao.prototype.blockwise_fp8_training.linear import Float8BlockwiseLinear
+
+    class TorchAOBlockwiseFp8Linear(PrecisionLinear, Float8BlockwiseLinear):
+        def fp8_forward(self, x: torch.Tensor) -> torch.Tensor:
+            return Float8BlockwiseLinear.forward(self, x)
+
+    return TorchAOBlockwiseFp8Linear
+
+
 def apply_fp8_training(
     model: nn.Module,
     recipe: Fp8Recipe | str,
@@ -110,11 +121,10 @@ def apply_fp8_training(
             return TorchAOFloat8Linear.from_linear(mod, recipe)
 
     elif _torchao_blockwise_available(recipe):  # pragma: no cover - needs an SM90 GPU
-        from torchao.prototype.blockwise_fp8_training.linear import Float8BlockwiseLinear
+        shadowable = _torchao_blockwise_class()
 
         def factory(name: str, mod: nn.Linear) -> nn.Module:
-            new = Float8BlockwiseLinear.from_float(mod, block_size=recipe.block_size)
-            return new
+            return shadowable.from_float(mod)
 
         log.info("blockwise: using TorchAO's Triton blockwise FP8 linear")
     else:
