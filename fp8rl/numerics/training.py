@@ -33,6 +33,7 @@ from torch import nn
 
 from fp8rl.numerics.bf16 import emulate_bf16
 from fp8rl.numerics.linears import (
+    Bf16Linear,
     EmulatedFp8Linear,
     PrecisionLinear,
     TorchAOFloat8Linear,
@@ -143,7 +144,7 @@ def fp8_linear_names(model: nn.Module) -> list[str]:
     return [
         n
         for n, m in model.named_modules()
-        if isinstance(m, (TorchAOFloat8Linear, EmulatedFp8Linear))
+        if isinstance(m, PrecisionLinear) and not isinstance(m, Bf16Linear)
     ]
 
 
