@@ -1,0 +1,53 @@
+"""The RL objective: PPO-clip losses with live bounds, TIS/IcePop/MIS corrections,
+diagnostics, Calibrated Clipping, and GRPO/DAPO advantages.
+
+A ground-floor room: it takes log-probs, ratios and advantages - never models - and
+imports no other ``fp8rl`` subpackage and not verl (``fp8rl.rl.verl_registry``, loaded by
+verl's plugin entry point, is the only module that imports verl). The method, with the
+equations, is written up in ``docs/method.md``.
+"""
+
+from fp8rl.rl.aggregation import LOSS_AGG_MODES, agg_loss, masked_mean, masked_sum
+from fp8rl.rl.bounds import bounds_from_clip_ratios, check_bounds, clip_ratios_from_bounds
+from fp8rl.rl.diagnostics import (
+    LOGRATIO_HIST_EDGES,
+    LOGRATIO_HIST_NUM_BINS,
+    clip_diagnostics,
+    logratio_histogram,
+    quantiles_linear,
+)
+from fp8rl.rl.losses import (
+    POLICY_LOSSES,
+    ActorLossConfig,
+    PolicyLossOptions,
+    cispo_loss,
+    compute_policy_loss_calibrated_clip,
+    compute_policy_loss_cispo,
+    get_policy_loss,
+    ppo_clip_loss,
+    resolve_bounds,
+)
+
+__all__ = [
+    "LOGRATIO_HIST_EDGES",
+    "LOGRATIO_HIST_NUM_BINS",
+    "LOSS_AGG_MODES",
+    "POLICY_LOSSES",
+    "ActorLossConfig",
+    "PolicyLossOptions",
+    "agg_loss",
+    "bounds_from_clip_ratios",
+    "check_bounds",
+    "cispo_loss",
+    "clip_diagnostics",
+    "clip_ratios_from_bounds",
+    "compute_policy_loss_calibrated_clip",
+    "compute_policy_loss_cispo",
+    "get_policy_loss",
+    "logratio_histogram",
+    "masked_mean",
+    "masked_sum",
+    "ppo_clip_loss",
+    "quantiles_linear",
+    "resolve_bounds",
+]
