@@ -9,6 +9,7 @@ equations, is written up in ``docs/method.md``.
 
 from fp8rl.rl.aggregation import LOSS_AGG_MODES, agg_loss, masked_mean, masked_sum
 from fp8rl.rl.bounds import bounds_from_clip_ratios, check_bounds, clip_ratios_from_bounds
+from fp8rl.rl.correction import TIS_TOKEN_C2, MismatchCorrection, compute_mismatch_correction
 from fp8rl.rl.diagnostics import (
     LOGRATIO_HIST_EDGES,
     LOGRATIO_HIST_NUM_BINS,
@@ -33,7 +34,9 @@ __all__ = [
     "LOGRATIO_HIST_NUM_BINS",
     "LOSS_AGG_MODES",
     "POLICY_LOSSES",
+    "TIS_TOKEN_C2",
     "ActorLossConfig",
+    "MismatchCorrection",
     "PolicyLossOptions",
     "agg_loss",
     "bounds_from_clip_ratios",
@@ -41,6 +44,7 @@ __all__ = [
     "cispo_loss",
     "clip_diagnostics",
     "clip_ratios_from_bounds",
+    "compute_mismatch_correction",
     "compute_policy_loss_calibrated_clip",
     "compute_policy_loss_cispo",
     "get_policy_loss",

@@ -166,7 +166,7 @@ def test_clip_fractions_by_side_and_sign():
     adv = torch.tensor([[-1.0, -1.0, -1.0, 1.0, 1.0, 1.0, -1.0, 1.0]])
     mask = torch.ones_like(ratios, dtype=torch.bool)
     old = torch.zeros_like(ratios)
-    loss, m = ppo_clip_loss(
+    _, m = ppo_clip_loss(
         old, torch.log(ratios), adv, mask, clip_low=0.8, clip_high=1.2, clip_ratio_c=3.0
     )
     # negadv: 0.5, 0.7, 0.9, 4.0 -> below L: 2 of 4; above H: 1 (4.0); dual (> 3): 1
@@ -241,6 +241,9 @@ def test_metrics_are_floats_and_finite_with_everything_masked(batch_factory):
         ActorLossConfig(),
     )
     assert all(isinstance(v, float) and math.isfinite(v) for v in m.values())
+    # The loss itself is 0/0 here, exactly as verl's agg_loss makes it; equality with
+    # verl is the contract, so an all-masked micro-batch is the caller's to skip.
+    assert torch.isnan(loss)
 
 
 def test_diagnostics_off_returns_only_verl_metrics(batch_factory):
