@@ -9,6 +9,15 @@ equations, is written up in ``docs/method.md``.
 
 from fp8rl.rl.aggregation import LOSS_AGG_MODES, agg_loss, masked_mean, masked_sum
 from fp8rl.rl.bounds import bounds_from_clip_ratios, check_bounds, clip_ratios_from_bounds
+from fp8rl.rl.calibration import (
+    CalibrationResult,
+    Calibrator,
+    CalibratorConfig,
+    calibrate,
+    calibrated_lower_bound,
+    calibrated_upper_bound,
+    update_mass,
+)
 from fp8rl.rl.correction import TIS_TOKEN_C2, MismatchCorrection, compute_mismatch_correction
 from fp8rl.rl.diagnostics import (
     LOGRATIO_HIST_EDGES,
@@ -36,10 +45,16 @@ __all__ = [
     "POLICY_LOSSES",
     "TIS_TOKEN_C2",
     "ActorLossConfig",
+    "CalibrationResult",
+    "Calibrator",
+    "CalibratorConfig",
     "MismatchCorrection",
     "PolicyLossOptions",
     "agg_loss",
     "bounds_from_clip_ratios",
+    "calibrate",
+    "calibrated_lower_bound",
+    "calibrated_upper_bound",
     "check_bounds",
     "cispo_loss",
     "clip_diagnostics",
@@ -54,4 +69,5 @@ __all__ = [
     "ppo_clip_loss",
     "quantiles_linear",
     "resolve_bounds",
+    "update_mass",
 ]
