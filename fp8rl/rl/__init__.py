@@ -7,6 +7,14 @@ verl's plugin entry point, is the only module that imports verl). The method, wi
 equations, is written up in ``docs/method.md``.
 """
 
+from fp8rl.rl.advantages import (
+    dapo_keep_mask,
+    group_index,
+    grpo_outcome_advantage,
+    kl_penalty,
+    kl_to_reference_loss,
+    overlong_penalty,
+)
 from fp8rl.rl.aggregation import LOSS_AGG_MODES, agg_loss, masked_mean, masked_sum
 from fp8rl.rl.bounds import bounds_from_clip_ratios, check_bounds, clip_ratios_from_bounds
 from fp8rl.rl.calibration import (
@@ -62,10 +70,16 @@ __all__ = [
     "compute_mismatch_correction",
     "compute_policy_loss_calibrated_clip",
     "compute_policy_loss_cispo",
+    "dapo_keep_mask",
     "get_policy_loss",
+    "group_index",
+    "grpo_outcome_advantage",
+    "kl_penalty",
+    "kl_to_reference_loss",
     "logratio_histogram",
     "masked_mean",
     "masked_sum",
+    "overlong_penalty",
     "ppo_clip_loss",
     "quantiles_linear",
     "resolve_bounds",
