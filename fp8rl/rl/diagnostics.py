@@ -25,7 +25,8 @@ number against autograd.
 
 Ratio quantiles over masked tokens: ``fp8rl/ratio_min``, ``fp8rl/ratio_q01``, ``_q05``,
 ``_q50``, ``_q95``, ``_q99``, ``fp8rl/ratio_max`` (linear interpolation between order
-statistics, numpy's default), and ``fp8rl/ratio_mean``.
+statistics, numpy's default), and ``fp8rl/ratio_mean``; all 1.0 (no movement) for a
+micro-batch without masked tokens, where every share above is 0.
 
 ``fp8rl/ppo_kl_k3``: the k3 estimator E[r - 1 - log r] >= 0 of KL(pi_old || pi_theta);
 unlike verl's ``actor/ppo_kl`` (k1, the mean of -log r) it cannot cancel to zero.
