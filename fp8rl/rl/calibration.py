@@ -1,0 +1,624 @@
+"""Calibrated Clipping (Chen et al., "Towards Full Pipeline FP8 Reinforcement Learning for
+LLMs", arXiv 2609.22870): align the FP8 clip bounds with what BF16 would have clipped.
+
+The problem. PPO zeroes the gradient of a negative-advantage token whose ratio
+``r = pi_theta / pi_old`` falls below ``L = 1 - eps_low``. FP8 noise in ``r`` pushes a
+disproportionate share of negative-advantage tokens there, so bad outputs go unpenalised.
+
+The rule (every K steps, on one batch, in both precisions on the same tokens):
+
+    q  = P_{A<0}( r_bf16 < 1 - eps_low )            BF16's lower clip share
+    L* = Quantile_q( r_fp8 | A<0 )                    FP8 bound that clips the same share
+
+and the upper bound ``H*`` is re-chosen by one of two rules (an ablation axis):
+
+- ``"quantile"``:  p = P_{A>0}( r_bf16 > 1 + eps_high ),  H* = Quantile_{1-p}( r_fp8 | A>0 )
+- ``"balance"`` (the paper's description): keep the balance of positive- to
+  negative-advantage update mass at its BF16 value,
+
+      M+(r, H) = sum_{A>0, r <= H} |A| r           M-(r, L) = sum_{A<0, r >= L} |A| r
+      choose H* with  M+(r_fp8, H*) / M-(r_fp8, L*) = M+(r_bf16, 1+eps_high) / M-(r_bf16, 1-eps_low)
+
+  ("unclipped" is where PPO keeps the gradient: A > 0 needs r <= H, A < 0 needs r >= L;
+  the dual clip at c = 3 lies far outside the range calibration moves and is ignored).
+
+:class:`Calibrator` holds the live bounds and applies period, smoothing and limits.
+
+What feeds it, precisely (both backends follow this)
+----------------------------------------------------
+On a calibration step (``Calibrator.is_calibration_step(step)``: every ``period`` steps,
+paper K = 20) the trainer, for one set of tokens, computes four log-prob tensors - the
+paper's "two extra BF16 forwards" plus the two the training precision needs anyway:
+
+1. ``old_log_prob_fp8``  - pi_old in the training precision (FP8) before the first update;
+2. ``old_log_prob_bf16`` - pi_old with the same weights run in BF16 (the shadow forward);
+3. ``log_prob_fp8``      - pi_theta in FP8 at a later, off-policy mini-batch, i.e. after
+   at least one optimiser update within the step;
+4. ``log_prob_bf16``     - pi_theta, same weights, BF16 shadow forward.
+
+``ratio_fp8 = exp(3 - 1)`` and ``ratio_bf16 = exp(4 - 2)`` then describe the *same
+tokens under the same weights*, differing only by precision; pass them with the tokens'
+advantages and mask to :meth:`Calibrator.update` (or the four log-probs to
+:meth:`Calibrator.update_from_log_probs`). Exclude from ``mask`` every token whose
+ratios are exactly 1 by construction - the first mini-batch when the trainer recomputes
+old log-probs, whose update has not happened yet - or calibration sees q = 0 and does
+nothing (``fp8rl/calib/identity_frac`` reports the share of such tokens; above one half
+a warning is logged). The new bounds take effect from the next training step,
+``step + 1``: :meth:`Calibrator.bounds_for_step` returns the bounds in force at a step,
+and ``fp8rl/calib/applies_from_step`` logs the step they apply to. At verl scale the live
+bounds reach the loss on ``actor.policy_loss.clip_low``/``clip_high`` (the
+``1 - clip_ratio_low`` / ``1 + clip_ratio_high`` equivalents; mapping in
+``fp8rl.rl.bounds``), while ``clip_ratio_low``/``clip_ratio_high`` keep meaning
+``eps_low``/``eps_high`` of the BF16 reference. The calibrator never runs a model.
+
+Quantiles interpolate linearly between order statistics (numpy's default, position
+``q (n - 1)`` in the sorted values), so the FP8 share below ``L*`` matches ``q`` to
+within one token; the balance rule inverts the cumulative mass curve with the same
+piecewise-linear convention.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fp8rl.rl.bounds import check_bounds
+from fp8rl.rl.diagnostics import quantiles_linear
+
+logger = logging.getLogger(__name__)
+
+UPPER_RULES: tuple[str, ...] = ("balance", "quantile")
+
+
+# --------------------------------------------------------------------------------------
+# The rules as pure functions
+
+
+def _select(
+    ratio_bf16: torch.Tensor,
+    ratio_fp8: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Flatten the masked tokens to float64 ``(r_bf16, r_fp8, A)``; validate."""
+    if not (ratio_bf16.shape == ratio_fp8.shape == advantages.shape == mask.shape):
+        raise ValueError(
+            "ratio_bf16, ratio_fp8, advantages and mask must share a shape, got "
+            f"{tuple(ratio_bf16.shape)}, {tuple(ratio_fp8.shape)}, "
+            f"{tuple(advantages.shape)}, {tuple(mask.shape)}"
+        )
+    m = mask.bool()
+    rb = ratio_bf16.detach()[m].to(torch.float64)
+    rf = ratio_fp8.detach()[m].to(torch.float64)
+    adv = advantages.detach()[m].to(torch.float64)
+    for name, x in (("ratio_bf16", rb), ("ratio_fp8", rf), ("advantages", adv)):
+        if not torch.isfinite(x).all():
+            raise ValueError(f"{name} has non-finite values on masked tokens")
+    if (rb < 0).any() or (rf < 0).any():
+        raise ValueError("ratios must be non-negative")
+    return rb, rf, adv
+
+
+def _lower_from_selected(rb: torch.Tensor, rf: torch.Tensor, eps_low: float) -> tuple[float, float]:
+    """(L*, q) from the negative-advantage tokens' ratios; see calibrated_lower_bound."""
+    default = 1.0 - eps_low
+    if rb.numel() == 0:
+        return default, 0.0
+    q = float((rb < default).to(torch.float64).mean())
+    if q == 0.0:
+        return min(default, float(rf.min())), 0.0
+    return float(quantiles_linear(rf, [q])[0]), q
+
+
+def calibrated_lower_bound(
+    ratio_bf16: torch.Tensor,
+    ratio_fp8: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float,
+) -> float:
+    """The paper's lower bound: the FP8 ratio quantile that clips BF16's share.
+
+        q  = share of masked A < 0 tokens with r_bf16 < 1 - eps_low   (strict <, as PPO)
+        L* = q-quantile of r_fp8 over the same tokens
+
+    Edge cases, and why:
+
+    - **No masked negative-advantage tokens** (including everything masked): returns
+      ``1 - eps_low``. There is nothing to match; the standard bound is the neutral answer.
+      (:class:`Calibrator` goes further and keeps its current bound.)
+    - **q = 0** (BF16 clips none): every ``L <= min r_fp8`` also clips none, so the
+      matching condition holds on a whole interval; we return the point of it nearest the
+      standard bound, ``min(1 - eps_low, min r_fp8)``. This is the q -> 0 limit of the
+      rule, widens the region only as far as FP8 noise requires, and leaves it unchanged
+      when FP8 clips nothing either (e.g. all ratios exactly 1 - "does nothing").
+    - **q = 1**: the maximum of ``r_fp8``; may exceed 1 (callers cap it; the
+      :class:`Calibrator`'s hard limits do).
+
+    The quantile interpolates linearly between order statistics (numpy ``"linear"``).
+    """
+    rb, rf, adv = _select(ratio_bf16, ratio_fp8, advantages, mask)
+    neg = adv < 0
+    return _lower_from_selected(rb[neg], rf[neg], eps_low)[0]
+
+
+def update_mass(
+    ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float, clip_high: float
+) -> tuple[float, float]:
+    """``(M+, M-)``: sum of |A| r over positive-advantage tokens with r <= H and over
+    negative-advantage tokens with r >= L - the update mass PPO lets through. Inputs are
+    already-masked 1-D tensors."""
+    pos, neg = advantages > 0, advantages < 0
+    m_pos = (advantages.abs() * ratio)[pos & (ratio <= clip_high)].sum()
+    m_neg = (advantages.abs() * ratio)[neg & (ratio >= clip_low)].sum()
+    return float(m_pos), float(m_neg)
+
+
+def _upper_quantile(
+    rb_pos: torch.Tensor, rf_pos: torch.Tensor, eps_high: float
+) -> tuple[float, float]:
+    default = 1.0 + eps_high
+    if rb_pos.numel() == 0:
+        return default, 0.0
+    p = float((rb_pos > default).to(torch.float64).mean())
+    if p == 0.0:
+        return max(default, float(rf_pos.max())), 0.0
+    return float(quantiles_linear(rf_pos, [1.0 - p])[0]), p
+
+
+def _upper_balance(
+    rb: torch.Tensor,
+    rf: torch.Tensor,
+    adv: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    lower: float,
+) -> tuple[float, float]:
+    """(H*, BF16 balance) for the balance rule; see calibrated_upper_bound."""
+    default = 1.0 + eps_high
+    pos, neg = adv > 0, adv < 0
+    if not pos.any() or not neg.any():
+        return default, math.nan
+    m_pos_bf16, m_neg_bf16 = update_mass(rb, adv, 1.0 - eps_low, default)
+    if m_neg_bf16 <= 0.0:
+        return default, math.nan
+    balance = m_pos_bf16 / m_neg_bf16
+    _, m_neg_fp8 = update_mass(rf, adv, lower, default)
+    target = balance * m_neg_fp8
+    if target <= 0.0:
+        return default, balance
+    # Positive-advantage tokens sorted by FP8 ratio; C_k = mass of the k smallest.
+    order = torch.argsort(rf[pos])
+    r_sorted = rf[pos][order]
+    mass = (adv[pos].abs() * rf[pos])[order]
+    cum = torch.cumsum(mass, 0)
+    if target >= float(cum[-1]):
+        # Even unclipped, FP8's positive mass falls short: clip no positive token.
+        return max(default, float(r_sorted[-1])), balance
+    k = int(torch.searchsorted(cum, torch.tensor([target], dtype=cum.dtype))[0])
+    if k == 0:
+        return float(r_sorted[0]), balance
+    # Invert the piecewise-linear cumulative-mass curve between r_(k-1) and r_(k).
+    frac = (target - float(cum[k - 1])) / float(mass[k]) if float(mass[k]) > 0 else 1.0
+    upper = float(r_sorted[k - 1]) + frac * float(r_sorted[k] - r_sorted[k - 1])
+    return upper, balance
+
+
+def calibrated_upper_bound(
+    ratio_bf16: torch.Tensor,
+    ratio_fp8: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    lower: float,
+    rule: str = "balance",
+) -> float:
+    """The rebalanced upper bound ``H*`` under ``rule`` (``"balance"`` or ``"quantile"``).
+
+    ``"quantile"``: ``p`` = share of masked A > 0 tokens with ``r_bf16 > 1 + eps_high``;
+    ``H*`` = the (1 - p)-quantile of ``r_fp8`` over them (``lower`` is unused). Mirrors the
+    lower rule on the other side.
+
+    ``"balance"``: with ``M+(r, H) = sum_{A>0, r<=H} |A| r`` and
+    ``M-(r, L) = sum_{A<0, r>=L} |A| r``, the BF16 balance
+    ``B = M+(r_bf16, 1+eps_high) / M-(r_bf16, 1-eps_low)``; ``H*`` solves
+    ``M+(r_fp8, H*) = B * M-(r_fp8, lower)`` (``lower`` = the new lower bound), found by
+    inverting the cumulative positive mass over sorted ``r_fp8`` with linear interpolation
+    between order statistics.
+
+    Edge cases, and why:
+
+    - **No masked positive-advantage tokens** (including everything masked): ``1 + eps_high``
+      (nothing to clip on that side). Balance also returns it when there are no negative
+      tokens or BF16 lets no negative mass through (``B`` undefined), or when FP8 lets no
+      negative mass through at ``lower`` (the target is 0; clipping every positive token is
+      never what anyone wants).
+    - **p = 0** (quantile): ``max(1 + eps_high, max r_fp8)``, the point nearest the standard
+      bound among those clipping nothing (mirror of the lower rule's q = 0).
+    - **Balance unreachable** (FP8's unclipped positive mass is below the target):
+      ``max(1 + eps_high, max r_fp8)``: clip no positive token, and never tighten below the
+      standard bound for lack of mass.
+    """
+    if rule not in UPPER_RULES:
+        raise ValueError(f"unknown upper-bound rule {rule!r}; choose one of {UPPER_RULES}")
+    rb, rf, adv = _select(ratio_bf16, ratio_fp8, advantages, mask)
+    if rule == "quantile":
+        pos = adv > 0
+        return _upper_quantile(rb[pos], rf[pos], eps_high)[0]
+    return _upper_balance(rb, rf, adv, eps_low, eps_high, lower)[0]
+
+
+# --------------------------------------------------------------------------------------
+# The calibrator: live bounds, period, smoothing, limits, serialisable state
+
+
+@dataclass
+class CalibratorConfig:
+    """Hyperparameters of Calibrated Clipping (every field is an ablation knob).
+
+    Attributes:
+        eps_low, eps_high: the BF16 reference trust region ``[1 - eps_low, 1 + eps_high]``
+            (verl's ``clip_ratio_low``/``clip_ratio_high``): what calibration matches.
+        period: recalibrate every ``period`` steps (paper: K = 20; ablation 10/20/40).
+        smoothing: EMA weight on the current bound, ``new = s * current + (1 - s) * target``;
+            0 jumps straight to the target. The paper smooths; its value is unpublished,
+            0.5 is our guess.
+        init_low, init_high: bounds before the first calibration (None: the standard
+            ``1 - eps_low``, ``1 + eps_high``; the paper's ablation tried [0.6, 1.8] and
+            [0.8, 1.2]).
+        low_min, low_max, high_min, high_max: hard limits on the bounds, applied last.
+        max_step: if set, the most either bound may move in one calibration.
+        upper_rule: ``"balance"`` (the paper) or ``"quantile"``.
+        lower_only: calibrate only the lower bound; the upper stays at ``init_high``
+            (the paper's Fig. 5 ablation).
+        calibrate_at_start: also calibrate on ``start_step``, so the initial bounds act
+            for one step instead of ``period``.
+        start_step: the trainer's first step number (verl counts from 1).
+        enabled: False keeps the initial bounds for the whole run (standard clipping
+            when the initial bounds are the standard ones).
+    """
+
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    period: int = 20
+    smoothing: float = 0.5
+    init_low: float | None = None
+    init_high: float | None = None
+    low_min: float = 0.5
+    low_max: float = 0.99
+    high_min: float = 1.01
+    high_max: float = 2.0
+    max_step: float | None = None
+    upper_rule: str = "balance"
+    lower_only: bool = False
+    calibrate_at_start: bool = False
+    start_step: int = 1
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.eps_low < 1.0 or self.eps_high < 0.0:
+            raise ValueError(
+                f"need 0 <= eps_low < 1 and eps_high >= 0, got {self.eps_low}, {self.eps_high}"
+            )
+        if int(self.period) != self.period or self.period < 1:
+            raise ValueError(f"period must be a positive integer, got {self.period}")
+        if not 0.0 <= self.smoothing < 1.0:
+            raise ValueError(f"smoothing must lie in [0, 1), got {self.smoothing}")
+        if not 0.0 <= self.low_min <= self.low_max <= 1.0 <= self.high_min <= self.high_max:
+            raise ValueError(
+                "need 0 <= low_min <= low_max <= 1 <= high_min <= high_max, got "
+                f"{self.low_min}, {self.low_max}, {self.high_min}, {self.high_max}"
+            )
+        if self.max_step is not None and self.max_step <= 0:
+            raise ValueError(f"max_step must be positive, got {self.max_step}")
+        if self.upper_rule not in UPPER_RULES:
+            raise ValueError(f"upper_rule must be one of {UPPER_RULES}, got {self.upper_rule!r}")
+        low, high = self.initial_bounds()
+        check_bounds(low, high)
+        if not (self.low_min <= low <= self.low_max and self.high_min <= high <= self.high_max):
+            raise ValueError(f"initial bounds {(low, high)} lie outside the hard limits")
+
+    def initial_bounds(self) -> tuple[float, float]:
+        """``(init_low, init_high)`` with the standard bounds filled in."""
+        low = self.init_low if self.init_low is not None else 1.0 - self.eps_low
+        high = self.init_high if self.init_high is not None else 1.0 + self.eps_high
+        return float(low), float(high)
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    """One application of the rules: targets before smoothing and what they rest on."""
+
+    target_low: float
+    target_high: float
+    q_low: float
+    p_high: float
+    balance_bf16: float
+    n_negadv: int
+    n_posadv: int
+    lower_informative: bool
+    upper_informative: bool
+
+
+def calibrate(
+    ratio_bf16: torch.Tensor,
+    ratio_fp8: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    rule: str = "balance",
+) -> CalibrationResult:
+    """Both rules at once (``L*`` first; the balance rule uses it). Pure function."""
+    if rule not in UPPER_RULES:
+        raise ValueError(f"unknown upper-bound rule {rule!r}; choose one of {UPPER_RULES}")
+    rb, rf, adv = _select(ratio_bf16, ratio_fp8, advantages, mask)
+    neg, pos = adv < 0, adv > 0
+    low, q = _lower_from_selected(rb[neg], rf[neg], eps_low)
+    balance = math.nan
+    p = float((rb[pos] > 1.0 + eps_high).to(torch.float64).mean()) if pos.any() else 0.0
+    if rule == "quantile":
+        high, _ = _upper_quantile(rb[pos], rf[pos], eps_high)
+        upper_ok = bool(pos.any())
+    else:
+        high, balance = _upper_balance(rb, rf, adv, eps_low, eps_high, low)
+        upper_ok = not math.isnan(balance)
+    return CalibrationResult(
+        target_low=low,
+        target_high=high,
+        q_low=q,
+        p_high=p,
+        balance_bf16=balance,
+        n_negadv=int(neg.sum()),
+        n_posadv=int(pos.sum()),
+        lower_informative=bool(neg.any()),
+        upper_informative=upper_ok,
+    )
+
+
+class Calibrator:
+    """Holds the live clip bounds and recalibrates them every ``period`` steps.
+
+    Typical loop (either backend)::
+
+        cal = Calibrator(CalibratorConfig(eps_low=0.2, eps_high=0.2, period=20))
+        for step in range(1, n_steps + 1):
+            low, high = cal.bounds_for_step(step)          # clip with these all step
+            ...PPO updates with ppo_clip_loss(..., clip_low=low, clip_high=high)...
+            if cal.is_calibration_step(step):
+                metrics |= cal.update_from_log_probs(step, ...four log-prob tensors...)
+            checkpoint["calibrator"] = cal.state_dict()
+
+    See the module docstring for exactly which tensors feed it.
+    """
+
+    STATE_VERSION = 1
+
+    def __init__(self, config: CalibratorConfig | None = None) -> None:
+        self.config = config or CalibratorConfig()
+        low, high = self.config.initial_bounds()
+        self._low, self._high = low, high
+        self._prev_low, self._prev_high = low, high
+        self._applies_from_step: int | None = None
+        self._last_step: int | None = None
+        self._n_calibrations = 0
+
+    # -- reading the bounds
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """The most recent bounds ``(L, H)``, whatever step they apply from."""
+        return self._low, self._high
+
+    def bounds_for_step(self, step: int) -> tuple[float, float]:
+        """The bounds in force at ``step``: bounds computed at step t apply from t + 1."""
+        if self._applies_from_step is not None and step < self._applies_from_step:
+            return self._prev_low, self._prev_high
+        return self._low, self._high
+
+    def is_calibration_step(self, step: int) -> bool:
+        """True every ``period`` steps (``step % period == 0``, step >= 1), and at
+        ``start_step`` when ``calibrate_at_start``; never when disabled. A pure function of
+        ``step``, so a resumed run keeps the schedule."""
+        cfg = self.config
+        if not cfg.enabled:
+            return False
+        if cfg.calibrate_at_start and step == cfg.start_step:
+            return True
+        return step >= 1 and step % cfg.period == 0
+
+    # -- updating
+    def update(
+        self,
+        step: int,
+        ratio_bf16: torch.Tensor,
+        ratio_fp8: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> dict[str, float]:
+        """Recalibrate from ratios on identical tokens; the result applies from ``step + 1``.
+
+        Returns ``fp8rl/calib/*`` metrics for the log of ``step``.
+        """
+        cfg = self.config
+        if not cfg.enabled:
+            raise RuntimeError("calibration is disabled (CalibratorConfig.enabled=False)")
+        if self._last_step is not None and step <= self._last_step:
+            raise ValueError(f"calibration steps must increase: got {step} after {self._last_step}")
+        res = calibrate(
+            ratio_bf16, ratio_fp8, advantages, mask, cfg.eps_low, cfg.eps_high, cfg.upper_rule
+        )
+
+        new_low = self._move(
+            self._low, res.target_low, res.lower_informative, cfg.low_min, cfg.low_max
+        )
+        if cfg.lower_only:
+            new_high = self._high
+        else:
+            new_high = self._move(
+                self._high, res.target_high, res.upper_informative, cfg.high_min, cfg.high_max
+            )
+        check_bounds(new_low, new_high)
+        if not res.lower_informative:
+            logger.warning("step %d: no negative-advantage tokens to calibrate on; L kept", step)
+
+        metrics = self._metrics(
+            step, res, ratio_bf16, ratio_fp8, advantages, mask, new_low, new_high
+        )
+        self._prev_low, self._prev_high = self.bounds_for_step(step)
+        self._low, self._high = new_low, new_high
+        self._applies_from_step = step + 1
+        self._last_step = step
+        self._n_calibrations += 1
+        logger.info(
+            "step %d: calibrated bounds [%.4f, %.4f] apply from step %d",
+            step,
+            new_low,
+            new_high,
+            step + 1,
+        )
+        return metrics
+
+    def update_from_log_probs(
+        self,
+        step: int,
+        *,
+        old_log_prob_bf16: torch.Tensor,
+        log_prob_bf16: torch.Tensor,
+        old_log_prob_fp8: torch.Tensor,
+        log_prob_fp8: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> dict[str, float]:
+        """:meth:`update` from the four log-prob tensors of the module docstring; ratios are
+        formed as the loss forms them (``exp`` of the log-ratio clamped to [-20, 20])."""
+
+        def ratio(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+            return torch.exp(torch.clamp(new.detach().float() - old.detach().float(), -20.0, 20.0))
+
+        return self.update(
+            step,
+            ratio(log_prob_bf16, old_log_prob_bf16),
+            ratio(log_prob_fp8, old_log_prob_fp8),
+            advantages,
+            mask,
+        )
+
+    def _move(
+        self, current: float, target: float, informative: bool, lo: float, hi: float
+    ) -> float:
+        if not informative:
+            return current
+        s = self.config.smoothing
+        new = s * current + (1.0 - s) * target
+        if self.config.max_step is not None:
+            new = min(max(new, current - self.config.max_step), current + self.config.max_step)
+        return min(max(new, lo), hi)
+
+    def _metrics(
+        self,
+        step: int,
+        res: CalibrationResult,
+        ratio_bf16: torch.Tensor,
+        ratio_fp8: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        new_low: float,
+        new_high: float,
+    ) -> dict[str, float]:
+        cfg = self.config
+        rb, rf, adv = _select(ratio_bf16, ratio_fp8, advantages, mask)
+        neg, pos = adv < 0, adv > 0
+        std_low, std_high = 1.0 - cfg.eps_low, 1.0 + cfg.eps_high
+
+        def share(sel: torch.Tensor, of: torch.Tensor) -> float:
+            n = int(of.sum())
+            return float((sel & of).sum()) / n if n else 0.0
+
+        out: dict[str, float] = {
+            "fp8rl/calib/applies_from_step": float(step + 1),
+            "fp8rl/calib/new_clip_low": new_low,
+            "fp8rl/calib/new_clip_high": new_high,
+            "fp8rl/calib/target_low": res.target_low,
+            "fp8rl/calib/target_high": res.target_high,
+            "fp8rl/calib/q_low_bf16": res.q_low,
+            "fp8rl/calib/p_high_bf16": res.p_high,
+            "fp8rl/calib/fp8_clipfrac_low_negadv_std": share(rf < std_low, neg),
+            "fp8rl/calib/fp8_clipfrac_low_negadv_new": share(rf < new_low, neg),
+            "fp8rl/calib/fp8_clipfrac_high_posadv_std": share(rf > std_high, pos),
+            "fp8rl/calib/fp8_clipfrac_high_posadv_new": share(rf > new_high, pos),
+            "fp8rl/calib/n_tokens": float(adv.numel()),
+            "fp8rl/calib/n_negadv": float(res.n_negadv),
+            "fp8rl/calib/n_posadv": float(res.n_posadv),
+        }
+        m_pos_b, m_neg_b = update_mass(rb, adv, std_low, std_high)
+        m_pos_f, m_neg_f = update_mass(rf, adv, std_low, std_high)
+        m_pos_n, m_neg_n = update_mass(rf, adv, new_low, new_high)
+        out["fp8rl/calib/mass_balance_bf16"] = m_pos_b / m_neg_b if m_neg_b > 0 else math.nan
+        out["fp8rl/calib/mass_balance_fp8_std"] = m_pos_f / m_neg_f if m_neg_f > 0 else math.nan
+        out["fp8rl/calib/mass_balance_fp8_new"] = m_pos_n / m_neg_n if m_neg_n > 0 else math.nan
+        # The BF16-vs-FP8 log-ratio gap (DESIGN.md): what FP8 adds to log r on these tokens.
+        identity = (rb == 1.0) & (rf == 1.0)
+        out["fp8rl/calib/identity_frac"] = (
+            float(identity.to(torch.float64).mean()) if adv.numel() else 0.0
+        )
+        if out["fp8rl/calib/identity_frac"] > 0.5:
+            logger.warning(
+                "step %d: %.0f%% of calibration tokens have ratio exactly 1 in both precisions; "
+                "exclude the not-yet-updated mini-batch from the mask (see fp8rl.rl.calibration)",
+                step,
+                100 * out["fp8rl/calib/identity_frac"],
+            )
+        if adv.numel():
+            gap = torch.log(rf.clamp_min(1e-30)) - torch.log(rb.clamp_min(1e-30))
+            out["fp8rl/calib/logratio_gap_mean"] = float(gap.mean())
+            out["fp8rl/calib/logratio_gap_std"] = float(gap.std()) if gap.numel() > 1 else 0.0
+            out["fp8rl/calib/logratio_gap_absmean"] = float(gap.abs().mean())
+            for name, sel in (("negadv", neg), ("posadv", pos)):
+                out[f"fp8rl/calib/logratio_gap_mean_{name}"] = (
+                    float(gap[sel].mean()) if sel.any() else 0.0
+                )
+        return out
+
+    # -- serialisation
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state: the config and the live bounds."""
+        return {
+            "version": self.STATE_VERSION,
+            "config": dataclasses.asdict(self.config),
+            "low": self._low,
+            "high": self._high,
+            "prev_low": self._prev_low,
+            "prev_high": self._prev_high,
+            "applies_from_step": self._applies_from_step,
+            "last_step": self._last_step,
+            "n_calibrations": self._n_calibrations,
+        }
+
+    def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> None:
+        """Restore :meth:`state_dict` output. ``strict`` (default) refuses a state saved
+        under a different config - a resumed run must continue the same schedule."""
+        if state.get("version") != self.STATE_VERSION:
+            raise ValueError(f"unsupported calibrator state version {state.get('version')!r}")
+        saved = CalibratorConfig(**state["config"])
+        if strict and saved != self.config:
+            raise ValueError(
+                f"calibrator config differs from the saved one: {saved} vs {self.config}"
+            )
+        self._low, self._high = float(state["low"]), float(state["high"])
+        self._prev_low, self._prev_high = float(state["prev_low"]), float(state["prev_high"])
+        self._applies_from_step = state["applies_from_step"]
+        self._last_step = state["last_step"]
+        self._n_calibrations = int(state["n_calibrations"])
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> Calibrator:
+        """A calibrator rebuilt from its state alone (config included)."""
+        cal = cls(CalibratorConfig(**state["config"]))
+        cal.load_state_dict(state)
+        return cal

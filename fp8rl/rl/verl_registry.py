@@ -1,0 +1,173 @@
+"""Registers fp8rl's policy losses in verl; the target of the ``verl.plugins`` entry point.
+
+verl 0.9.1 loads every ``verl.plugins`` entry point while ``import verl`` runs
+(``verl/__init__.py``; ``VERL_USE_EXTERNAL_PLUGINS=none`` turns that off). Loading this
+module registers, in ``verl.trainer.ppo.core_algos.POLICY_LOSS_REGISTRY``:
+
+- ``calibrated_clip``: ``fp8rl.rl.losses.compute_policy_loss_calibrated_clip``
+- ``fp8rl_cispo``: ``fp8rl.rl.losses.compute_policy_loss_cispo`` (CISPO with our
+  diagnostics; verl's own ``cispo`` stays available under its name).
+
+verl ignores a plugin that fails to import (it logs at DEBUG), so
+tests/rl/test_verl_plugin.py checks the registration in a fresh process.
+
+Hyperparameters. verl's ``PolicyLossConfig`` is a strict dataclass: unknown keys under
+``actor_rollout_ref.actor.policy_loss`` make Hydra's instantiation fail. verl builds it
+from the ``_target_`` in the config, so the supported way is a subclass selected by
+``_target_``::
+
+    actor_rollout_ref.actor.policy_loss._target_=fp8rl.rl.verl_registry.CalibratedClipLossConfig
+    actor_rollout_ref.actor.policy_loss.loss_mode=calibrated_clip
+    +actor_rollout_ref.actor.policy_loss.calib_period=20          # '+' adds a new key
+    +actor_rollout_ref.actor.policy_loss.calib_upper_rule=balance
+
+The loss receives verl's ``ActorConfig`` as ``config`` and reads ``config.policy_loss``.
+``clip_low``/``clip_high`` are the live bounds: mutable fields (verl's ``BaseConfig``
+freezes all others) that the calibration driver sets in the actor worker with
+:func:`set_live_bounds` before an update. ``actor.clip_ratio_low``/``clip_ratio_high``
+remain ``eps_low``/``eps_high`` of the BF16 reference (mapping in ``fp8rl.rl.bounds``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from verl.trainer.ppo.core_algos import register_policy_loss
+from verl.workers.config import PolicyLossConfig
+
+from fp8rl.rl.bounds import check_bounds
+from fp8rl.rl.calibration import CalibratorConfig
+from fp8rl.rl.losses import (
+    PolicyLossOptions,
+    compute_policy_loss_calibrated_clip,
+    compute_policy_loss_cispo,
+)
+
+logger = logging.getLogger(__name__)
+
+#: verl registry name -> our function.
+VERL_LOSS_NAMES: dict[str, Any] = {
+    "calibrated_clip": compute_policy_loss_calibrated_clip,
+    "fp8rl_cispo": compute_policy_loss_cispo,
+}
+
+for _name, _fn in VERL_LOSS_NAMES.items():
+    register_policy_loss(_name)(_fn)
+
+
+@dataclass
+class CalibratedClipLossConfig(PolicyLossConfig):
+    """verl's ``PolicyLossConfig`` plus fp8rl's loss options and calibration knobs.
+
+    Loss options (same names as ``fp8rl.rl.losses.PolicyLossOptions``): ``clip_low``,
+    ``clip_high`` (live bounds, mutable; None = standard), ``diagnostics``,
+    ``histograms``, ``require_rollout_is_weights``.
+
+    Calibration knobs (``calib_*``, same meaning as ``fp8rl.rl.calibration.CalibratorConfig``
+    without the prefix; ``eps_low``/``eps_high`` come from the actor's
+    ``clip_ratio_low``/``clip_ratio_high``): see :meth:`calibrator_config`.
+    """
+
+    _mutable_fields: ClassVar[set[str]] = PolicyLossConfig._mutable_fields | {
+        "clip_low",
+        "clip_high",
+    }
+
+    loss_mode: str = "calibrated_clip"
+    clip_low: float | None = None
+    clip_high: float | None = None
+    diagnostics: bool = True
+    histograms: bool = True
+    require_rollout_is_weights: bool = False
+    calib_enabled: bool = True
+    calib_period: int = 20
+    calib_smoothing: float = 0.5
+    calib_init_low: float | None = None
+    calib_init_high: float | None = None
+    calib_low_min: float = 0.5
+    calib_low_max: float = 0.99
+    calib_high_min: float = 1.01
+    calib_high_max: float = 2.0
+    calib_max_step: float | None = None
+    calib_upper_rule: str = "balance"
+    calib_lower_only: bool = False
+    calib_at_start: bool = False
+
+    def __post_init__(self) -> None:
+        if self.loss_mode not in VERL_LOSS_NAMES:
+            raise ValueError(
+                f"CalibratedClipLossConfig is selected but loss_mode={self.loss_mode!r} would "
+                "ignore its fields; set actor_rollout_ref.actor.policy_loss.loss_mode to one "
+                f"of {sorted(VERL_LOSS_NAMES)}"
+            )
+        if (self.clip_low is None) != (self.clip_high is None):
+            raise ValueError("set both clip_low and clip_high, or neither")
+        if self.clip_low is not None:
+            check_bounds(self.clip_low, self.clip_high)
+
+    def calibrator_config(self, eps_low: float, eps_high: float) -> CalibratorConfig:
+        """The :class:`CalibratorConfig` these knobs describe, for the BF16 reference
+        ``eps_low``/``eps_high`` (pass the actor's ``clip_ratio_low``/``clip_ratio_high``)."""
+        return CalibratorConfig(
+            eps_low=eps_low,
+            eps_high=eps_high,
+            enabled=self.calib_enabled,
+            period=self.calib_period,
+            smoothing=self.calib_smoothing,
+            init_low=self.calib_init_low,
+            init_high=self.calib_init_high,
+            low_min=self.calib_low_min,
+            low_max=self.calib_low_max,
+            high_min=self.calib_high_min,
+            high_max=self.calib_high_max,
+            max_step=self.calib_max_step,
+            upper_rule=self.calib_upper_rule,
+            lower_only=self.calib_lower_only,
+            calibrate_at_start=self.calib_at_start,
+            start_step=1,  # verl's global_steps start at 1
+        )
+
+
+def calibrator_config_from_actor(actor_config: Any) -> CalibratorConfig:
+    """:class:`CalibratorConfig` from a verl ``ActorConfig`` whose ``policy_loss`` is a
+    :class:`CalibratedClipLossConfig` (eps from ``clip_ratio_low``/``clip_ratio_high``)."""
+    pl = actor_config.policy_loss
+    if not isinstance(pl, CalibratedClipLossConfig):
+        raise TypeError(
+            "actor.policy_loss is not a CalibratedClipLossConfig; select it with "
+            "actor_rollout_ref.actor.policy_loss._target_="
+            "fp8rl.rl.verl_registry.CalibratedClipLossConfig"
+        )
+    eps = actor_config.clip_ratio
+    low = actor_config.clip_ratio_low if actor_config.clip_ratio_low is not None else eps
+    high = actor_config.clip_ratio_high if actor_config.clip_ratio_high is not None else eps
+    return pl.calibrator_config(float(low), float(high))
+
+
+def set_live_bounds(actor_config: Any, clip_low: float, clip_high: float) -> None:
+    """Make the losses in this process clip with ``[clip_low, clip_high]`` from now on.
+
+    ``actor_config`` is the worker's verl ``ActorConfig`` (the object verl's ``ppo_loss``
+    is bound to). Raises ``TypeError`` if its ``policy_loss`` is not our config - the
+    bounds would otherwise be silently ignored.
+    """
+    pl = actor_config.policy_loss
+    if not isinstance(pl, CalibratedClipLossConfig):
+        raise TypeError("set_live_bounds needs actor.policy_loss to be a CalibratedClipLossConfig")
+    check_bounds(clip_low, clip_high)
+    pl.clip_low = float(clip_low)
+    pl.clip_high = float(clip_high)
+
+
+def _check_option_mirror() -> None:
+    """PolicyLossOptions and CalibratedClipLossConfig must agree on the shared fields."""
+    ours = {f.name: f.default for f in fields(PolicyLossOptions)}
+    theirs = {f.name: f.default for f in fields(CalibratedClipLossConfig)}
+    missing = {k for k in ours if k not in theirs or theirs[k] != ours[k]}
+    if missing:
+        raise RuntimeError(f"PolicyLossOptions and CalibratedClipLossConfig disagree on {missing}")
+
+
+_check_option_mirror()
