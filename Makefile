@@ -34,8 +34,12 @@ lint: setup ## ruff check and format check
 	$(VENV)/bin/ruff format --check fp8rl tests benchmarks
 
 .PHONY: bench-numerics
-bench-numerics: setup ## Time fwd+bwd of a small transformer per precision recipe (writes a table to stdout)
+bench-numerics: setup ## Time fwd+bwd of a small transformer per precision recipe (markdown to stdout)
 	$(PY) benchmarks/bench_numerics.py
+
+.PHONY: bench-loss
+bench-loss: setup ## Time loss + diagnostics + calibration on a 256x4096-token batch vs verl's loss
+	$(PY) benchmarks/bench_loss.py
 
 .PHONY: clean
 clean: ## Remove caches (keeps .venv and runs/)
