@@ -4,7 +4,12 @@ Ground floor: imports no other fp8rl room, and no torch until a checkpoint or
 provenance needs it. See ``docs/run_store.md`` and :mod:`fp8rl.runs.store`.
 """
 
-from fp8rl.runs.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
+from fp8rl.runs.atomic import (
+    atomic_directory,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+)
 from fp8rl.runs.checkpoints import (
     Checkpoint,
     RngStreams,
@@ -52,6 +57,7 @@ __all__ = [
     "RunStoreError",
     "StepLog",
     "TrainState",
+    "atomic_directory",
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_write_text",

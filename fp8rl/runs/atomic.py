@@ -14,8 +14,9 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -145,3 +146,41 @@ def remove_stale_temp_files(directory: Path) -> list[Path]:
     if removed:
         logger.info("removed %d leftover temporary file(s) in %s", len(removed), directory)
     return removed
+
+
+@contextlib.contextmanager
+def atomic_directory(path: Path, *, overwrite: bool = False) -> Iterator[Path]:
+    """Build a directory under a temporary name and rename it to ``path`` on success.
+
+    Yields the temporary directory (a sibling of ``path``, so the rename is atomic). If
+    the block raises or the process dies, ``path`` is untouched and the temporary
+    directory is removed (or, after a kill, left under a ``.tmp-`` name that is never
+    mistaken for the real one). An existing ``path`` is an error unless ``overwrite``,
+    in which case it is replaced (moved aside, then deleted after the rename).
+    """
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} already exists")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path_for(path)
+    tmp.mkdir()
+    try:
+        yield tmp
+        for entry in tmp.rglob("*"):
+            if entry.is_file():
+                fd = os.open(entry, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        old = None
+        if path.exists():
+            old = temp_path_for(path)
+            os.replace(path, old)
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -56,3 +56,24 @@ def test_remove_stale_temp_files_removes_only_temp_files(tmp_path: Path) -> None
     assert [p.name for p in removed] == [f"{TEMP_PREFIX}status.json.123.abcd"]
     assert [p.name for p in tmp_path.iterdir()] == ["status.json"]
     assert remove_stale_temp_files(tmp_path / "missing") == []
+
+
+def test_atomic_directory_appears_whole_or_not_at_all(tmp_path) -> None:
+    from fp8rl.runs.atomic import atomic_directory
+
+    target = tmp_path / "ckpt"
+    with pytest.raises(RuntimeError), atomic_directory(target) as tmp:
+        (tmp / "a.bin").write_bytes(b"x")
+        raise RuntimeError("killed mid-export")
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+    with atomic_directory(target) as tmp:
+        (tmp / "a.bin").write_bytes(b"1")
+        assert not target.exists()
+    assert (target / "a.bin").read_bytes() == b"1"
+    with pytest.raises(FileExistsError):
+        with atomic_directory(target):
+            pass
+    with atomic_directory(target, overwrite=True) as tmp:
+        (tmp / "b.bin").write_bytes(b"2")
+    assert sorted(p.name for p in target.iterdir()) == ["b.bin"]
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
