@@ -1,0 +1,29 @@
+"""Prompt template, boxed-answer extraction and answer checking.
+
+A ground-floor room: imports no other ``fp8rl`` room, and no torch. One template
+and one checker serve RL rewards, in-loop evaluation and the lm-eval tasks, so a
+"correct" answer means the same thing everywhere. See ``docs/tasks.md``.
+"""
+
+from fp8rl.rewards.checking import (
+    ANSWER_PATTERN,
+    extract_boxed,
+    is_correct,
+    is_correct_math_verify,
+    is_integer_answer,
+    is_well_formed,
+    reward,
+)
+from fp8rl.rewards.prompt import PROMPT_TEMPLATE, format_prompt
+
+__all__ = [
+    "ANSWER_PATTERN",
+    "PROMPT_TEMPLATE",
+    "extract_boxed",
+    "format_prompt",
+    "is_correct",
+    "is_correct_math_verify",
+    "is_integer_answer",
+    "is_well_formed",
+    "reward",
+]
