@@ -1,0 +1,71 @@
+"""Export any training state as a standard Hugging Face checkpoint.
+
+A model converted by :func:`fp8rl.numerics.apply_fp8_training` (TorchAO ``Float8Linear``,
+blockwise, BF16-emulated) keeps its parameter names, so its master weights are exactly a
+``Qwen3ForCausalLM`` state dict. Export rebuilds a plain model from the config, loads
+those weights strictly (a missing or extra key is an error, not a silent partial export)
+and writes ``save_pretrained`` output plus the tokenizer into a directory that appears
+atomically — loadable by ``AutoModelForCausalLM`` / ``AutoTokenizer`` and lm-eval's ``hf``
+model with no fp8rl code.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import AutoModelForCausalLM, PreTrainedModel
+
+from fp8rl.runs.atomic import atomic_directory
+
+__all__ = [
+    "EXPORT_INFO_FILE",
+    "export_hf_checkpoint",
+    "master_state_dict",
+    "write_hf_checkpoint",
+]
+
+EXPORT_INFO_FILE = "fp8rl_export.json"
+
+
+def master_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The FP32 master weights of ``model`` under their plain-transformers names."""
+    return {k: v.detach().to(torch.float32).clone() for k, v in model.state_dict().items()}
+
+
+def write_hf_checkpoint(
+    model: PreTrainedModel, tokenizer: Any, directory: Path, info: dict[str, Any] | None = None
+) -> None:
+    """Write the HF checkpoint into an existing ``directory`` (not atomic by itself)."""
+    plain = AutoModelForCausalLM.from_config(model.config)
+    missing, unexpected = plain.load_state_dict(master_state_dict(model), strict=False)
+    if missing or unexpected:
+        raise ValueError(
+            f"cannot export: state dict does not match {type(plain).__name__} "
+            f"(missing {missing[:5]}, unexpected {unexpected[:5]})"
+        )
+    plain.to(torch.float32).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    (directory / EXPORT_INFO_FILE).write_text(json.dumps(info or {}, indent=2, default=str) + "\n")
+
+
+def export_hf_checkpoint(
+    model: PreTrainedModel,
+    tokenizer: Any,
+    out_dir: str | Path,
+    *,
+    overwrite: bool = False,
+    info: dict[str, Any] | None = None,
+) -> Path:
+    """Write ``model``'s master weights and ``tokenizer`` as an HF checkpoint at ``out_dir``.
+
+    The directory appears atomically. ``info`` (e.g. the precision recipe, the step) is
+    stored next to the weights in ``fp8rl_export.json``; standard tools ignore it.
+    """
+    out_dir = Path(out_dir)
+    with atomic_directory(out_dir, overwrite=overwrite) as tmp:
+        write_hf_checkpoint(model, tokenizer, tmp, info)
+    return out_dir
