@@ -1,0 +1,1 @@
+"""The tiny CPU backend."""
