@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from fp8rl.numerics import RolloutQuantConfig, make_rollout_model
-from fp8rl.tiny.model import build_model, get_preset
+from fp8rl.tiny.model import build_model
 from fp8rl.tiny.sampler import Sampler
 
 MODES: dict[str, Callable[[nn.Module], nn.Module]] = {
@@ -116,11 +116,11 @@ def main() -> None:
             prompts = ids.tolist()
             n_tokens = batch * args.new_tokens
 
-            def hf(ids: torch.Tensor = ids) -> object:
+            def hf(model: nn.Module = model, ids: torch.Tensor = ids) -> object:
                 with torch.inference_mode():
                     return model.generate(ids, attention_mask=torch.ones_like(ids), **gen_kwargs)
 
-            def ours(prompts: list[list[int]] = prompts) -> object:
+            def ours(sampler: Sampler = sampler, prompts: list[list[int]] = prompts) -> object:
                 return sampler.generate(prompts, max_new_tokens=args.new_tokens, seed=0)
 
             t_hf = median_time(hf, args.reps)

@@ -81,10 +81,15 @@ def _stock(mod: nn.Module, cls: type) -> bool:
     return type(mod) is cls and not _has_hooks(mod)
 
 
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # Qwen3RMSNorm's arithmetic, op for op (FP32 in, FP32 out)
+    return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
 def _norm_fn(norm: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    if _stock(norm, Qwen3RMSNorm):  # F.rms_norm is bit-identical to Qwen3RMSNorm in FP32
-        shape, weight, eps = (norm.weight.shape[0],), norm.weight, norm.variance_epsilon
-        return lambda x: F.rms_norm(x, shape, weight, eps)
+    if _stock(norm, Qwen3RMSNorm):
+        weight, eps = norm.weight, norm.variance_epsilon
+        return lambda x: _rms_norm(x, weight, eps)
     return norm
 
 
@@ -130,16 +135,16 @@ def _qkv_fn(
         and all(_stock(m, Qwen3RMSNorm) for m in norms)
         and attn.q_norm.variance_epsilon == attn.k_norm.variance_epsilon
     ):
-        # one GEMM for q, k, v; q and k normalised and rotated together. Bit-identical to
-        # the modules: rms_norm without weight, then the per-head weight (w * x == x * w)
+        # one GEMM for q, k, v; q and k normalised (per-head weights stacked) and rotated
+        # together, with the same arithmetic as the modules
         w_qkv = torch.cat([m.weight for m in lins])
         w_norm = torch.cat([attn.q_norm.weight.expand(H, D), attn.k_norm.weight.expand(KVH, D)])
         eps = attn.q_norm.variance_epsilon
 
         def fused(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Heads:
             out = F.linear(x, w_qkv)
-            qk = F.rms_norm(out[:, : (H + KVH) * D].view(-1, H + KVH, D), (D,), None, eps)
-            qk = _rope(qk * w_norm, cos, sin)
+            qk = _rms_norm(out[:, : (H + KVH) * D].view(-1, H + KVH, D), w_norm, eps)
+            qk = _rope(qk, cos, sin)
             return qk[:, :H], qk[:, H:], out[:, (H + KVH) * D :].view(-1, KVH, D)
 
         return fused
