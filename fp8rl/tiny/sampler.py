@@ -260,7 +260,9 @@ class _Qwen3Glue:
         return self.lm_head(self.final_norm(h))
 
     def _round(self, x: torch.Tensor) -> torch.Tensor:
-        # where a transformers module boundary rounds to BF16 in an emulated model
+        # where a transformers module boundary rounds to BF16 in an emulated model: the
+        # decoder layer's output, and the attention block's (a no-op after an o_proj that
+        # rounds its output, as the numerics layer's linears do; kept for any that do not)
         return x if self.round is None else self.round(x)
 
 
