@@ -1,0 +1,578 @@
+"""Batched sampling with a static KV cache, and full-forward scoring, for the tiny Qwen3.
+
+On a sub-million-parameter model Python and framework overhead, not FLOPs, bound decoding,
+so :class:`Sampler` does not go through ``transformers.generate``. It runs a *functional*
+Qwen3 forward that calls the model's own embedding, norm, linear and MLP modules — so
+whatever precision the model was given (FP32, BF16 emulation and its rounding hooks, the FP8
+W8A8 rollout linears of :func:`fp8rl.numerics.make_rollout_model`) applies unchanged — and
+implements only the glue: RoPE, attention over a preallocated KV cache, residual sums.
+Where ``transformers``' module boundaries would BF16-round a value in an emulated model
+(attention output, decoder-layer output; rotary tables come from the model's rotary module),
+the glue rounds at the same points.
+
+Layout: prompts are left-padded to the longest prompt ``P``; KV-cache slot ``s`` of row
+``b`` holds position ``s - (P - len_b)``, so every row sees exactly the positions it would
+see alone. One prefill forward over the prompts, then one decode forward per token (query
+heads grouped by KV head, so grouped-query attention needs no repeated keys). Rows that hit
+EOS are dropped from the batch once they are half of it.
+
+Log-probs are FP32 ``log_softmax(logits / temperature)`` of the sampled token — the
+temperature-scaled *full* distribution, not the top-k/top-p renormalised one, which is what
+the trainer recomputes (verl's ``logprobs_from_logits(logits / temperature)``) and what TIS
+compares. :func:`score` computes the same quantity with one ordinary ``transformers``
+forward; the tests hold the two equal. With FP8 *per-tensor* dynamic activation scales
+(vLLM's default for online FP8) a decode step and a full forward legitimately differ: the
+scale depends on which tokens share the call, exactly as in vLLM.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.activations import SiLUActivation
+from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm
+
+from fp8rl.numerics.bf16 import is_bf16_emulated, round_bf16
+
+__all__ = ["SampleBatch", "Sampler", "score"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SampleBatch:
+    """What :meth:`Sampler.generate` returns; ``T`` is the longest response's length."""
+
+    prompt_lens: torch.Tensor  # (B,) int64
+    tokens: torch.Tensor  # (B, T) int64 response token ids, pad_id after the end
+    logprobs: torch.Tensor  # (B, T) float32, log p(token) after temperature, 0 on pad
+    mask: torch.Tensor  # (B, T) bool, True on response tokens (incl. the EOS token)
+    finished: torch.Tensor  # (B,) bool, stopped on EOS (False: truncated at max_new_tokens)
+
+    @property
+    def response_lens(self) -> torch.Tensor:
+        return self.mask.sum(1)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    # = x * cos + rotate_half(x) * sin (transformers), bit for bit: roll(x) = cat(x2, x1),
+    # sin_signed = cat(-sin1, sin2), and (-a) * b == a * (-b) exactly
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin_signed
+
+
+def _has_hooks(mod: nn.Module) -> bool:
+    return bool(mod._forward_hooks or mod._forward_pre_hooks)
+
+
+def _global_hooks() -> bool:
+    from torch.nn.modules import module as m
+
+    return bool(m._global_forward_hooks or m._global_forward_pre_hooks)
+
+
+def _stock(mod: nn.Module, cls: type) -> bool:
+    """``mod`` is exactly ``cls`` with no hooks: its forward is the stock functional op."""
+    return type(mod) is cls and not _has_hooks(mod)
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # Qwen3RMSNorm's arithmetic, op for op (FP32 in, FP32 out)
+    return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def _norm_fn(norm: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    if _stock(norm, Qwen3RMSNorm):
+        weight, eps = norm.weight, norm.variance_epsilon
+        return lambda x: _rms_norm(x, weight, eps)
+    return norm
+
+
+def _linear_fn(lin: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    if _stock(lin, nn.Linear):
+        weight, bias = lin.weight, lin.bias
+        return lambda x: F.linear(x, weight, bias)
+    return lin
+
+
+def _mlp_fn(mlp: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    parts = (mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+    if (
+        _stock(mlp, Qwen3MLP)
+        and all(_stock(m, nn.Linear) and m.bias is None for m in parts)
+        and (_stock(mlp.act_fn, SiLUActivation) or _stock(mlp.act_fn, nn.SiLU))
+    ):
+        gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
+        down, n = mlp.down_proj.weight, mlp.intermediate_size
+
+        def fused(x: torch.Tensor) -> torch.Tensor:
+            gate, up = F.linear(x, gate_up).split(n, -1)
+            return F.linear(F.silu(gate) * up, down)
+
+        return fused
+    return mlp
+
+
+Heads = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _qkv_fn(
+    attn: nn.Module, heads: int, kv_heads: int, head_dim: int, fast: bool
+) -> Callable[..., Heads]:
+    """``(x (N, hidden), cos, sin (N, 1, D)) -> q (N, H, D), k, v (N, KVH, D)``: the
+    projections, q/k norms and RoPE of one attention block."""
+    H, KVH, D = heads, kv_heads, head_dim
+    lins = (attn.q_proj, attn.k_proj, attn.v_proj)
+    norms = (attn.q_norm, attn.k_norm)
+    if (
+        fast
+        and all(_stock(m, nn.Linear) and m.bias is None for m in lins)
+        and all(_stock(m, Qwen3RMSNorm) for m in norms)
+        and attn.q_norm.variance_epsilon == attn.k_norm.variance_epsilon
+    ):
+        # one GEMM for q, k, v; q and k normalised (per-head weights stacked) and rotated
+        # together, with the same arithmetic as the modules
+        w_qkv = torch.cat([m.weight for m in lins])
+        w_norm = torch.cat([attn.q_norm.weight.expand(H, D), attn.k_norm.weight.expand(KVH, D)])
+        eps = attn.q_norm.variance_epsilon
+
+        def fused(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Heads:
+            out = F.linear(x, w_qkv)
+            qk = _rms_norm(out[:, : (H + KVH) * D].view(-1, H + KVH, D), w_norm, eps)
+            qk = _rope(qk, cos, sin)
+            return qk[:, :H], qk[:, H:], out[:, (H + KVH) * D :].view(-1, KVH, D)
+
+        return fused
+
+    def modules(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Heads:
+        q = _rope(attn.q_norm(attn.q_proj(x).view(-1, H, D)), cos, sin)
+        k = _rope(attn.k_norm(attn.k_proj(x).view(-1, KVH, D)), cos, sin)
+        return q, k, attn.v_proj(x).view(-1, KVH, D)
+
+    return modules
+
+
+@dataclass
+class _LayerPlan:
+    attn_norm: Callable[[torch.Tensor], torch.Tensor]
+    qkv: Callable[..., Heads]
+    o_proj: Callable[[torch.Tensor], torch.Tensor]
+    scaling: float
+    mlp_norm: Callable[[torch.Tensor], torch.Tensor]
+    mlp: Callable[[torch.Tensor], torch.Tensor]
+
+
+class _Qwen3Glue:
+    """A functional Qwen3 forward over a static KV cache, built from a model's own modules.
+
+    Every linear, norm, MLP and the embedding is the model's module, called as is, unless
+    it is a stock ``transformers`` module with no hooks (plain FP32): then the same
+    functional ops run on its parameters (q/k/v and gate/up fused into one GEMM each) to
+    save framework overhead. Built at each ``generate`` call, so it sees current weights.
+    Hidden states are 2-D (tokens, hidden) throughout.
+    """
+
+    def __init__(self, model: nn.Module, inner: nn.Module):
+        cfg = model.config
+        self.num_heads = H = int(cfg.num_attention_heads)
+        self.num_kv_heads = KVH = int(cfg.num_key_value_heads)
+        self.head_dim = D = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // H)
+        self.round = round_bf16 if is_bf16_emulated(model) else None
+        fast = not _global_hooks()
+
+        def pick(mod: nn.Module, fn: Callable[[nn.Module], Callable]) -> Callable:
+            return fn(mod) if fast else mod
+
+        self.embed = inner.embed_tokens
+        self.final_norm = pick(inner.norm, _norm_fn)
+        self.lm_head = pick(model.lm_head, _linear_fn)
+        self.layers = [
+            _LayerPlan(
+                attn_norm=pick(layer.input_layernorm, _norm_fn),
+                qkv=_qkv_fn(layer.self_attn, H, KVH, D, fast),
+                o_proj=pick(layer.self_attn.o_proj, _linear_fn),
+                scaling=float(layer.self_attn.scaling),
+                mlp_norm=pick(layer.post_attention_layernorm, _norm_fn),
+                mlp=pick(layer.mlp, _mlp_fn),
+            )
+            for layer in inner.layers
+        ]
+
+    def prefill(
+        self,
+        ids: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor,
+        kv: list[torch.Tensor],
+    ) -> torch.Tensor:
+        """Run left-padded prompts ``ids`` (B, P) through the model, filling KV-cache slots
+        [0, P). ``cos``/``sin`` (B * P, 1, D), ``mask`` (B, 1, P, P) bool. Returns the last
+        position's logits (B, V)."""
+        B, P = ids.shape
+        H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
+        h = self.embed(ids.view(-1))
+        for i, L in enumerate(self.layers):
+            q, k, v = L.qkv(L.attn_norm(h), cos, sin)
+            q, k, v = (t.view(B, P, -1, D).transpose(1, 2) for t in (q, k, v))
+            kv[2 * i][:, :, :P] = k
+            kv[2 * i + 1][:, :, :P] = v
+            o = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, scale=L.scaling, enable_gqa=H != KVH
+            )
+            h = h + self._round(L.o_proj(o.transpose(1, 2).reshape(B * P, H * D)))
+            h = self._round(h + L.mlp(L.mlp_norm(h)))
+        return self.lm_head(self.final_norm(h.view(B, P, -1)[:, -1]))
+
+    def decode(
+        self,
+        tok: torch.Tensor,
+        s: int,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        add_mask: torch.Tensor,
+        kv: list[torch.Tensor],
+    ) -> torch.Tensor:
+        """One token per row: ``tok`` (b,) goes into KV-cache slot ``s`` and attends to slots
+        [0, s]. ``cos``/``sin`` (b, 1, D); ``add_mask`` (b * KVH, 1, s + 1) is 0 / -inf.
+        Returns the logits (b, V)."""
+        b = tok.shape[0]
+        H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
+        h = self.embed(tok)
+        for i, L in enumerate(self.layers):
+            q, k, v = L.qkv(L.attn_norm(h), cos, sin)
+            k_cache, v_cache = kv[2 * i], kv[2 * i + 1]  # (b, KVH, slots, D)
+            k_cache[:, :, s] = k
+            v_cache[:, :, s] = v
+            # query heads grouped by their KV head: (b * KVH, H / KVH, D), one small GEMM per
+            # row and KV head, no repeated keys
+            q = q.reshape(b * KVH, H // KVH, D)
+            keys = k_cache.view(b * KVH, -1, D)[:, : s + 1]
+            scores = torch.baddbmm(add_mask, q, keys.mT, alpha=L.scaling)
+            o = torch.bmm(scores.softmax(-1), v_cache.view(b * KVH, -1, D)[:, : s + 1])
+            h = h + self._round(L.o_proj(o.view(b, H * D)))
+            h = self._round(h + L.mlp(L.mlp_norm(h)))
+        return self.lm_head(self.final_norm(h))
+
+    def _round(self, x: torch.Tensor) -> torch.Tensor:
+        # where a transformers module boundary rounds to BF16 in an emulated model: the
+        # decoder layer's output, and the attention block's (a no-op after an o_proj that
+        # rounds its output, as the numerics layer's linears do; kept for any that do not)
+        return x if self.round is None else self.round(x)
+
+
+def _qwen3_parts(model: nn.Module) -> nn.Module:
+    inner = getattr(model, "model", None)
+    needed = ("embed_tokens", "layers", "norm", "rotary_emb")
+    if inner is None or not all(hasattr(inner, n) for n in needed) or not hasattr(model, "lm_head"):
+        raise TypeError(
+            f"Sampler needs a Qwen3ForCausalLM-shaped model (model.embed_tokens/layers/norm/"
+            f"rotary_emb, lm_head); got {type(model).__name__}"
+        )
+    return inner
+
+
+def _check_prompts(prompts: Sequence[Sequence[int]], vocab_size: int) -> list[int]:
+    if len(prompts) == 0:
+        raise ValueError("prompts is empty")
+    lens = []
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
+        lo, hi = min(p), max(p)
+        if lo < 0 or hi >= vocab_size:
+            raise ValueError(f"prompt {i} has token ids outside [0, {vocab_size}): {lo}..{hi}")
+        lens.append(len(p))
+    return lens
+
+
+def _left_pad(prompts: Sequence[Sequence[int]], lens: list[int], pad_id: int) -> torch.Tensor:
+    ids = torch.full((len(prompts), max(lens)), pad_id, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, ids.shape[1] - lens[i] :] = torch.as_tensor(p, dtype=torch.long)
+    return ids
+
+
+class Sampler:
+    """Batched generation for a ``Qwen3ForCausalLM`` in whatever precision it carries.
+
+    The model is read at every :meth:`generate` call (no weight copies), so a rollout copy
+    refreshed in place by :func:`fp8rl.numerics.sync_rollout_weights` is sampled with its
+    new weights. ``eos_id=None`` never stops early (benchmarks). The KV cache is kept
+    between calls and grown when a call needs more.
+    """
+
+    def __init__(self, model: nn.Module, *, eos_id: int | None, pad_id: int, max_seq_len: int):
+        self.model = model
+        self._inner = _qwen3_parts(model)
+        cfg = model.config
+        self.vocab_size = int(cfg.vocab_size)
+        for name, tid in (("eos_id", eos_id), ("pad_id", pad_id)):
+            if tid is not None and not 0 <= tid < self.vocab_size:
+                raise ValueError(f"{name}={tid} is outside the vocabulary [0, {self.vocab_size})")
+        if max_seq_len <= 1:
+            raise ValueError(f"max_seq_len must be at least 2, got {max_seq_len}")
+        if max_seq_len > cfg.max_position_embeddings:
+            raise ValueError(
+                f"max_seq_len={max_seq_len} exceeds the model's max_position_embeddings="
+                f"{cfg.max_position_embeddings}"
+            )
+        self.eos_id = eos_id
+        self.pad_id = pad_id
+        self.max_seq_len = max_seq_len
+        self.num_heads = int(cfg.num_attention_heads)
+        self.num_kv_heads = int(cfg.num_key_value_heads)
+        self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // self.num_heads)
+        self._kv_storage: list[torch.Tensor] = []
+
+    # ------------------------------------------------------------------ public API
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        greedy: bool = False,
+        seed: int = 0,
+    ) -> SampleBatch:
+        """Sample up to ``max_new_tokens`` tokens after each prompt (token-id lists).
+
+        ``greedy`` takes the argmax (``top_k``/``top_p`` ignored); otherwise sampling from
+        ``softmax(logits / temperature)`` restricted to the ``top_k`` most likely tokens
+        (0: all) and then to the smallest set with probability >= ``top_p`` (transformers'
+        order and tie rules). Log-probs are always those of the temperature-scaled full
+        distribution (see the module docstring). Deterministic for ``seed``.
+        """
+        lens = _check_prompts(prompts, self.vocab_size)
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if max(lens) + max_new_tokens > self.max_seq_len:
+            raise ValueError(
+                f"longest prompt ({max(lens)} tokens) + max_new_tokens ({max_new_tokens}) "
+                f"exceeds max_seq_len={self.max_seq_len}"
+            )
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        if top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0: no top-k), got {top_k}")
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = self._generate(
+                _left_pad(prompts, lens, self.pad_id),
+                torch.tensor(lens),
+                max_new_tokens,
+                float(temperature),
+                float(top_p),
+                min(int(top_k), self.vocab_size),
+                greedy,
+                seed,
+            )
+        # clone outside inference mode: callers may modify the results in place
+        out = SampleBatch(*(t.clone() for t in out))
+        n = int(out.mask.sum())
+        dt = time.perf_counter() - t0
+        log.debug("sampled %d tokens in %d rows in %.3fs (%.0f tok/s)", n, len(lens), dt, n / dt)
+        return out
+
+    # ------------------------------------------------------------------ internals
+    def _kv_cache(self, batch: int, slots: int, dtype: torch.dtype) -> list[torch.Tensor]:
+        """Per layer a K and a V buffer of shape (batch, kv_heads, slots, head_dim), reusing
+        the previous call's memory when it is large enough."""
+        shape = (batch, self.num_kv_heads, slots, self.head_dim)
+        numel = batch * self.num_kv_heads * slots * self.head_dim
+        n = 2 * len(self._inner.layers)
+        st = self._kv_storage
+        if len(st) != n or st[0].numel() < numel or st[0].dtype != dtype:
+            self._kv_storage = st = [torch.empty(numel, dtype=dtype) for _ in range(n)]
+        return [t[:numel].view(shape) for t in st]
+
+    def _generate(
+        self,
+        ids: torch.Tensor,
+        lens: torch.Tensor,
+        max_new: int,
+        temperature: float,
+        top_p: float,
+        top_k: int,
+        greedy: bool,
+        seed: int,
+    ) -> tuple[torch.Tensor, ...]:
+        inner = self._inner
+        glue = _Qwen3Glue(self.model, inner)
+        B, P = ids.shape
+        S = P + max_new  # KV-cache slots
+        D = self.head_dim
+        dtype = inner.embed_tokens.weight.dtype
+        kv = self._kv_cache(B, S, dtype)
+
+        # slot s of row b holds position s - (P - len_b); left-pad slots are masked out
+        offset = (P - lens)[:, None]
+        slots = torch.arange(S)[None, :]
+        key_valid = slots >= offset  # (B, S)
+        slot_pos = (slots - offset).clamp_(min=0)
+        # rotary tables from the model's own rotary module (BF16-rounded by its hook when
+        # emulated), rotate_half's sign folded into sin, gathered per row and slot
+        cos_t, sin_t = inner.rotary_emb(inner.embed_tokens.weight[:1], slots)
+        sin_t = torch.cat([-sin_t[..., : D // 2], sin_t[..., D // 2 :]], -1)
+        cos_rows, sin_rows = cos_t[0][slot_pos], sin_t[0][slot_pos]  # (B, S, D)
+
+        # prefill: causal + key-padding mask; a pad query sees itself (no all-masked row)
+        mask = torch.ones(P, P, dtype=torch.bool).tril_()[None] & key_valid[:, None, :P]
+        mask |= torch.eye(P, dtype=torch.bool)
+        cos, sin = (r[:, :P].reshape(B * P, 1, D) for r in (cos_rows, sin_rows))
+        logits = glue.prefill(ids, cos, sin, mask[:, None], kv)
+        KVH = glue.num_kv_heads
+        add_mask = torch.zeros(B, KVH, 1, S, dtype=dtype).masked_fill_(
+            ~key_valid[:, None, None], -torch.inf
+        )
+
+        gen = None if greedy else torch.Generator().manual_seed(seed)
+        out_tok = torch.full((max_new, B), self.pad_id, dtype=torch.long)
+        out_lp = torch.zeros(max_new, B)
+        rows = torch.arange(B)  # original row of each row still in the batch
+        done = torch.zeros(B, dtype=torch.bool)  # rows that ended but are still in the batch
+        ended_at = torch.full((B,), max_new + 1)  # response length of rows that hit EOS
+        compacted = False
+        steps = 0
+        for t in range(max_new):
+            tok, lp = _sample(logits, temperature, top_p, top_k, greedy, gen)
+            hit = None if self.eos_id is None else (tok == self.eos_id) & ~done
+            if done.any():
+                tok = tok.masked_fill(done, self.pad_id)
+                lp = lp.masked_fill(done, 0.0)
+            if compacted:
+                out_tok[t].index_copy_(0, rows, tok)
+                out_lp[t].index_copy_(0, rows, lp)
+            else:
+                out_tok[t] = tok
+                out_lp[t] = lp
+            steps = t + 1
+            if hit is not None and hit.any():
+                done |= hit
+                ended_at[rows[hit]] = t + 1
+                n_live = int((~done).sum())
+                if n_live == 0:
+                    break
+                if n_live <= done.numel() // 2:  # drop the ended rows from the batch
+                    live = (~done).nonzero().squeeze(1)
+                    rows, tok, done = rows[live], tok[live], done[live]
+                    kv = [c[live] for c in kv]
+                    add_mask, cos_rows, sin_rows = (r[live] for r in (add_mask, cos_rows, sin_rows))
+                    compacted = True
+            if t == max_new - 1:
+                break
+            s = P + t  # the token just sampled goes into slot s
+            b = tok.shape[0]
+            logits = glue.decode(
+                tok,
+                s,
+                cos_rows[:, s : s + 1],
+                sin_rows[:, s : s + 1],
+                add_mask.view(b * KVH, 1, S)[..., : s + 1],
+                kv,
+            )
+
+        finished = ended_at <= max_new
+        resp_len = torch.where(finished, ended_at, steps)
+        mask = torch.arange(steps)[None, :] < resp_len[:, None]
+        return lens, out_tok[:steps].t(), out_lp[:steps].t(), mask, finished
+
+
+def _sample(
+    logits: torch.Tensor,
+    temperature: float,
+    top_p: float,
+    top_k: int,
+    greedy: bool,
+    gen: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next token per row and its log-prob under ``softmax(logits / temperature)``."""
+    scores = logits.float()
+    if temperature != 1.0:
+        scores = scores / temperature
+    logp = torch.log_softmax(scores, -1)
+    if greedy:
+        tok = scores.argmax(-1)
+    else:
+        if 0 < top_k < scores.shape[-1]:  # transformers' TopKLogitsWarper (ties kept)
+            kth = torch.topk(scores, top_k, -1).values[:, -1:]
+            scores = scores.masked_fill(scores < kth, -torch.inf)
+        if top_p < 1.0:  # transformers' TopPLogitsWarper: drop the tail of mass <= 1 - top_p
+            srt, idx = torch.sort(scores, -1)
+            tail = srt.softmax(-1).cumsum(-1) <= 1 - top_p
+            tail[:, -1] = False  # keep at least one token
+            scores = scores.masked_fill(tail.scatter(1, idx, tail), -torch.inf)
+        probs = logp.exp() if scores is logp or (top_k == 0 and top_p == 1.0) else None
+        tok = _inverse_cdf(scores.softmax(-1) if probs is None else probs, gen)
+    return tok, logp.gather(1, tok[:, None]).squeeze(1)
+
+
+def _inverse_cdf(probs: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
+    """One categorical draw per row from one uniform per row (``torch.multinomial`` costs
+    ~3 us per row on this CPU). ``v`` is kept strictly below the total so the chosen index
+    always has positive probability."""
+    cdf = probs.cumsum(-1)
+    total = cdf[:, -1:]
+    v = torch.rand(total.shape, generator=gen, dtype=cdf.dtype).mul_(total)
+    v = torch.minimum(v, total.nextafter(torch.zeros(())))
+    return torch.searchsorted(cdf, v, right=True).squeeze(1)
+
+
+def score(
+    model: nn.Module,
+    prompts: Sequence[Sequence[int]],
+    tokens: torch.Tensor,
+    mask: torch.Tensor,
+    temperature: float = 1.0,
+    *,
+    pad_id: int = 0,
+) -> torch.Tensor:
+    """FP32 ``log_softmax(logits / temperature)`` of each response token, by one ordinary
+    ``transformers`` forward over prompt + response (left-padded, explicit positions).
+
+    ``tokens``/``mask`` are (B, T) as in :class:`SampleBatch`; the result is (B, T) and 0
+    where ``mask`` is False. No gradient (old log-probs, health checks, tests).
+    """
+    if tokens.dim() != 2 or tokens.shape != mask.shape or tokens.shape[0] != len(prompts):
+        raise ValueError(
+            f"tokens {tuple(tokens.shape)} and mask {tuple(mask.shape)} must both be "
+            f"(len(prompts)={len(prompts)}, T)"
+        )
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    vocab = int(model.config.vocab_size)
+    lens = _check_prompts(prompts, vocab)
+    mask = mask.bool()
+    tokens = tokens.masked_fill(~mask, pad_id)
+    if int(tokens.min()) < 0 or int(tokens.max()) >= vocab:
+        raise ValueError(f"response tokens outside [0, {vocab})")
+    prompt_ids = _left_pad(prompts, lens, pad_id)
+    P, T = prompt_ids.shape[1], tokens.shape[1]
+    if P + T > model.config.max_position_embeddings:
+        raise ValueError(
+            f"prompt ({P}) + response ({T}) tokens exceed max_position_embeddings="
+            f"{model.config.max_position_embeddings}"
+        )
+    prompt_valid = torch.arange(P)[None, :] >= (P - torch.tensor(lens))[:, None]
+    attn = torch.cat([prompt_valid, mask], 1)
+    position_ids = (attn.long().cumsum(1) - 1).clamp_(min=0)
+    with torch.no_grad():
+        logits = model(
+            input_ids=torch.cat([prompt_ids, tokens], 1),
+            attention_mask=attn.long(),
+            position_ids=position_ids,
+        ).logits
+        scores = logits[:, P - 1 : P + T - 1].float()
+        if temperature != 1.0:
+            scores = scores / temperature
+        lp = torch.log_softmax(scores, -1).gather(-1, tokens[..., None]).squeeze(-1)
+    return lp.masked_fill(~mask, 0.0)
