@@ -33,6 +33,10 @@ lint: setup ## ruff check and format check
 	$(VENV)/bin/ruff check fp8rl tests benchmarks
 	$(VENV)/bin/ruff format --check fp8rl tests benchmarks
 
+.PHONY: base-model
+base-model: setup ## Build (or load from cache) the tiny-s SFT base model and print its per-family accuracy
+	$(PY) scripts/build_base_model.py
+
 .PHONY: bench-numerics
 bench-numerics: setup ## Time fwd+bwd of a small transformer per precision recipe (markdown to stdout)
 	$(PY) benchmarks/bench_numerics.py

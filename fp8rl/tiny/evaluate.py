@@ -1,0 +1,162 @@
+"""In-loop evaluation on the eight task families: avg@k and pass@k with the sampler.
+
+The tiny scale's "eight benchmarks" are the committed held-out sets
+(:func:`fp8rl.tiny.tasks.load_eval_set`). Each prompt is sampled ``k`` times (greedy:
+``k`` must be 1) with the same sampler the rollouts use, so validation runs in whatever
+precision the given model has — the rollout engine's by default, as verl validates with
+its rollout engine. Responses are scored with the shared checker
+(:func:`fp8rl.rewards.is_correct`).
+
+Metric names follow verl's validation metrics (DESIGN.md):
+
+- ``val-core/<family>/acc/mean@<k>``   mean accuracy over the k samples and the items (avg@k)
+- ``val-aux/<family>/acc/pass@<k>``    share of items with at least one correct sample
+- ``val-aux/<family>/well_formed/mean@<k>``, ``val-aux/<family>/truncated/mean@<k>``,
+  ``val-aux/<family>/response_length/mean@<k>``
+- ``val-core/all/acc/mean@<k>``        the unweighted mean over families (the paper's
+  "average of eight benchmarks"), and ``val-aux/all/...`` likewise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from fp8rl.rewards import format_prompt, is_correct, is_well_formed
+from fp8rl.tiny.sampler import Sampler
+from fp8rl.tiny.tasks import FAMILIES, Problem, load_eval_set
+from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID
+
+__all__ = ["EvalConfig", "EvalResult", "evaluate", "evaluate_problems"]
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    k: int = 1
+    greedy: bool = True
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 80
+    limit: int | None = None  # items per family (None: the whole set)
+    batch_size: int = 256
+    seed: int = 0
+    families: tuple[str, ...] = FAMILIES
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+        if self.greedy and self.k != 1:
+            raise ValueError("greedy evaluation gives k identical samples: use k=1 or greedy=False")
+        unknown = set(self.families) - set(FAMILIES)
+        if unknown:
+            raise ValueError(f"unknown task families {sorted(unknown)}; known: {FAMILIES}")
+
+
+@dataclass
+class EvalResult:
+    metrics: dict[str, float]
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+def evaluate_problems(
+    model: nn.Module,
+    tokenizer: Any,
+    problems: Sequence[Problem],
+    cfg: EvalConfig,
+    max_seq_len: int,
+    progress: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Sample ``cfg.k`` responses per problem; one record per (problem, sample)."""
+    sampler = Sampler(model, eos_id=EOS_ID, pad_id=PAD_ID, max_seq_len=max_seq_len)
+    prompts = [tokenizer.encode(format_prompt(p.question)) for p in problems]
+    jobs = [(i, j) for i in range(len(problems)) for j in range(cfg.k)]
+    records: list[dict[str, Any]] = []
+    for start in range(0, len(jobs), cfg.batch_size):
+        chunk = jobs[start : start + cfg.batch_size]
+        batch = sampler.generate(
+            [prompts[i] for i, _ in chunk],
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            greedy=cfg.greedy,
+            seed=cfg.seed + start,
+        )
+        for row, (i, j) in enumerate(chunk):
+            n = int(batch.mask[row].sum())
+            ids = batch.tokens[row, :n].tolist()
+            text = tokenizer.decode([t for t in ids if t != EOS_ID])
+            p = problems[i]
+            records.append(
+                {
+                    "id": p.id,
+                    "family": p.family,
+                    "difficulty": p.difficulty,
+                    "sample": j,
+                    "response": text,
+                    "correct": is_correct(text, p.answer),
+                    "well_formed": is_well_formed(text),
+                    "truncated": not bool(batch.finished[row]),
+                    "length": n,
+                }
+            )
+        if progress is not None:
+            progress(len(chunk))
+    return records
+
+
+def _summarise(records: list[dict[str, Any]], family: str, k: int) -> dict[str, float]:
+    by_item: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        by_item.setdefault(r["id"], []).append(r)
+    n = len(records)
+    return {
+        f"val-core/{family}/acc/mean@{k}": sum(r["correct"] for r in records) / n,
+        f"val-aux/{family}/acc/pass@{k}": sum(
+            any(r["correct"] for r in rs) for rs in by_item.values()
+        )
+        / len(by_item),
+        f"val-aux/{family}/well_formed/mean@{k}": sum(r["well_formed"] for r in records) / n,
+        f"val-aux/{family}/truncated/mean@{k}": sum(r["truncated"] for r in records) / n,
+        f"val-aux/{family}/response_length/mean@{k}": sum(r["length"] for r in records) / n,
+    }
+
+
+_AVERAGED = (
+    ("acc/mean", "val-core"),
+    ("acc/pass", "val-aux"),
+    ("well_formed/mean", "val-aux"),
+    ("truncated/mean", "val-aux"),
+)
+
+
+@torch.inference_mode()
+def evaluate(
+    model: nn.Module,
+    tokenizer: Any,
+    cfg: EvalConfig = EvalConfig(),
+    *,
+    max_seq_len: int = 192,
+    progress: Callable[[int], None] | None = None,
+) -> EvalResult:
+    """Evaluate ``model`` on the held-out sets of ``cfg.families`` (see module docstring)."""
+    problems: list[Problem] = []
+    for family in cfg.families:
+        items = load_eval_set(family)
+        problems.extend(items[: cfg.limit] if cfg.limit else items)
+    was_training = model.training
+    model.eval()
+    try:
+        records = evaluate_problems(model, tokenizer, problems, cfg, max_seq_len, progress)
+    finally:
+        model.train(was_training)
+    metrics: dict[str, float] = {}
+    for family in cfg.families:
+        metrics.update(_summarise([r for r in records if r["family"] == family], family, cfg.k))
+    for name, prefix in _AVERAGED:
+        vals = [metrics[f"{prefix}/{f}/{name}@{cfg.k}"] for f in cfg.families]
+        metrics[f"{prefix}/all/{name}@{cfg.k}"] = sum(vals) / len(vals)
+    return EvalResult(metrics=metrics, records=records)

@@ -1,0 +1,237 @@
+"""The base model: a deterministic SFT warm start per (preset, seed), cached on disk.
+
+The paper starts RL from Qwen3-8B-Base; the tiny scale starts from a tiny Qwen3 taught
+the task format by supervised fine-tuning on the training mix (prompt -> step-by-step
+solution -> ``\\boxed{answer}`` -> EOS, loss on the response tokens only). The SFT budget
+is chosen so the result has *some* accuracy on every family and clear headroom for RL;
+its per-family accuracy is measured on the held-out sets and stored with it
+(docs/tiny_backend.md has the table and the command).
+
+The cache key is a hash of everything that determines the weights: the SFT config, the
+model preset's dimensions, the tokenizer's vocabulary, the task generators' version and
+``SFT_VERSION``. A cached model is loaded, never retrained; a missing one is built and
+written atomically (``<cache>/<key>/`` appears whole or not at all), so two processes
+racing to build the same key cannot leave a half-written model behind.
+
+SFT runs in FP32: it only makes the starting checkpoint, and the precision under study
+is RL's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from fp8rl.runs.atomic import atomic_directory
+from fp8rl.tiny import tasks
+from fp8rl.tiny.evaluate import EvalConfig, evaluate
+from fp8rl.tiny.export import write_hf_checkpoint
+from fp8rl.tiny.model import PRESETS, build_model
+from fp8rl.tiny.tasks import Problem, training_mix
+from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID, VOCAB_SIZE_PADDED, build_tokenizer, vocabulary
+
+__all__ = [
+    "SFT_VERSION",
+    "BaseModel",
+    "SFTConfig",
+    "base_model_key",
+    "build_base_model",
+    "collate",
+    "default_cache_dir",
+    "encode_problem",
+    "load_base_model",
+    "sft_train",
+]
+
+log = logging.getLogger(__name__)
+
+SFT_VERSION = 1  # bump when a change to this module changes the weights it produces
+INFO_FILE = "sft_info.json"
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """Everything that determines the base model's weights."""
+
+    preset: str = "tiny-s"
+    seed: int = 0
+    steps: int = 600
+    batch_size: int = 64
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1  # cosine decay to lr * min_lr_ratio
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    pool_size: int = 20_000  # problems in the SFT pool (drawn from the training mix)
+    difficulties: tuple[int, ...] = (1, 2, 3)
+    eval_limit: int | None = None  # held-out items per family for the reported accuracy
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ValueError(f"unknown model preset {self.preset!r}; known: {sorted(PRESETS)}")
+        for name in ("steps", "batch_size", "pool_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"SFTConfig.{name} must be positive, got {getattr(self, name)}")
+        if not 0 < self.lr < 1:
+            raise ValueError(f"SFTConfig.lr must be in (0, 1), got {self.lr}")
+
+
+@dataclass
+class BaseModel:
+    model: nn.Module
+    tokenizer: Any
+    path: Path
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def default_cache_dir() -> Path:
+    """``$FP8RL_CACHE/base_models`` (default ``~/.cache/fp8rl/base_models``)."""
+    root = os.environ.get("FP8RL_CACHE") or Path.home() / ".cache" / "fp8rl"
+    return Path(root) / "base_models"
+
+
+def base_model_key(cfg: SFTConfig) -> str:
+    """A stable hash of everything that determines the SFT weights."""
+    material = {
+        "sft": asdict(cfg) | {"eval_limit": None},  # evaluation does not change weights
+        "preset": asdict(PRESETS[cfg.preset]),
+        "vocab": vocabulary(),
+        "tasks_version": getattr(tasks, "TASKS_VERSION", 1),
+        "sft_version": SFT_VERSION,
+        "torch": torch.__version__.split("+")[0],
+    }
+    digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+    return f"{cfg.preset}-s{cfg.seed}-{digest[:12]}"
+
+
+def encode_problem(tokenizer: Any, problem: Problem) -> tuple[list[int], list[int]]:
+    """(prompt ids, response ids ending in EOS) of one training example."""
+    return tokenizer.encode(problem.prompt), [*tokenizer.encode(problem.solution), EOS_ID]
+
+
+def collate(pairs: Sequence[tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:
+    """Right-padded batch; labels are -100 on the prompt and the padding."""
+    width = max(len(p) + len(r) for p, r in pairs)
+    ids = torch.full((len(pairs), width), PAD_ID, dtype=torch.long)
+    labels = torch.full((len(pairs), width), -100, dtype=torch.long)
+    attn = torch.zeros((len(pairs), width), dtype=torch.long)
+    for i, (p, r) in enumerate(pairs):
+        n = len(p) + len(r)
+        ids[i, :n] = torch.tensor(p + r)
+        labels[i, len(p) : n] = torch.tensor(r)
+        attn[i, :n] = 1
+    return {"input_ids": ids, "attention_mask": attn, "labels": labels}
+
+
+def _lr_at(step: int, cfg: SFTConfig) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    t = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    floor = cfg.lr * cfg.min_lr_ratio
+    return floor + (cfg.lr - floor) * 0.5 * (1 + math.cos(math.pi * min(t, 1.0)))
+
+
+def sft_train(
+    model: nn.Module,
+    tokenizer: Any,
+    cfg: SFTConfig,
+    on_step: Callable[[int, float], None] | None = None,
+) -> list[float]:
+    """Supervised fine-tuning of ``model`` in place; returns the loss per step."""
+    torch.manual_seed(cfg.seed)
+    pool = [
+        encode_problem(tokenizer, p)
+        for p in training_mix(cfg.pool_size, cfg.seed, difficulties=cfg.difficulties)
+    ]
+    rng = random.Random(cfg.seed)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay}],
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+    )
+    model.train()
+    losses = []
+    for step in range(cfg.steps):
+        for group in opt.param_groups:
+            group["lr"] = _lr_at(step, cfg)
+        batch = collate([pool[rng.randrange(len(pool))] for _ in range(cfg.batch_size)])
+        loss = model(**batch).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        losses.append(loss.item())
+        if on_step is not None:
+            on_step(step, losses[-1])
+    model.eval()
+    return losses
+
+
+def load_base_model(path: str | Path) -> BaseModel:
+    """Load a cached/exported base model directory (HF checkpoint + tokenizer + info)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"no base model at {path} (config.json missing)")
+    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    info_file = path / INFO_FILE
+    info = json.loads(info_file.read_text()) if info_file.is_file() else {}
+    return BaseModel(model=model, tokenizer=tokenizer, path=path, info=info)
+
+
+def build_base_model(
+    cfg: SFTConfig = SFTConfig(),
+    cache_dir: str | Path | None = None,
+    *,
+    on_step: Callable[[int, float], None] | None = None,
+    on_eval: Callable[[int], None] | None = None,
+) -> BaseModel:
+    """Load the base model for ``cfg`` from the cache, building it first if missing."""
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    path = cache / base_model_key(cfg)
+    if (path / "config.json").is_file():
+        log.info("base model %s: cached", path.name)
+        return load_base_model(path)
+    log.info("base model %s: building (%d SFT steps)", path.name, cfg.steps)
+    tokenizer = build_tokenizer()
+    model = build_model(cfg.preset, vocab_size=VOCAB_SIZE_PADDED, seed=cfg.seed)
+    t0 = time.perf_counter()
+    losses = sft_train(model, tokenizer, cfg, on_step=on_step)
+    train_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    result = evaluate(model, tokenizer, EvalConfig(limit=cfg.eval_limit), progress=on_eval)
+    eval_s = time.perf_counter() - t1
+    info = {
+        "key": path.name,
+        "sft_config": asdict(cfg),
+        "params": sum(p.numel() for p in model.parameters()),
+        "train_seconds": round(train_s, 1),
+        "eval_seconds": round(eval_s, 1),
+        "final_loss": sum(losses[-50:]) / len(losses[-50:]),
+        "eval_greedy": result.metrics,
+        "torch_threads": torch.get_num_threads(),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with atomic_directory(path) as tmp:
+            write_hf_checkpoint(model, tokenizer, tmp, info={"sft": info["key"]})
+            (tmp / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
+    except FileExistsError:  # another process finished the same key first: use theirs
+        log.info("base model %s was built concurrently; loading it", path.name)
+    return load_base_model(path)

@@ -1,0 +1,72 @@
+import dataclasses
+
+import pytest
+import torch
+
+from fp8rl.tiny.sft import (
+    SFTConfig,
+    base_model_key,
+    build_base_model,
+    collate,
+    encode_problem,
+)
+from fp8rl.tiny.tasks import generate
+from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID, build_tokenizer
+
+QUICK = SFTConfig(preset="tiny-test", steps=30, batch_size=16, pool_size=500, eval_limit=4)
+
+
+def test_examples_end_in_eos_and_round_trip() -> None:
+    tok = build_tokenizer()
+    p = generate("multiply", 1, seed=3)[0]
+    prompt, response = encode_problem(tok, p)
+    assert response[-1] == EOS_ID
+    assert tok.decode(prompt + response[:-1]) == p.prompt + p.solution
+
+
+def test_collate_trains_on_the_response_only() -> None:
+    batch = collate([([5, 6], [7, EOS_ID]), ([5], [8, 9, EOS_ID])])
+    assert batch["input_ids"].tolist() == [[5, 6, 7, EOS_ID], [5, 8, 9, EOS_ID]]
+    assert batch["labels"].tolist() == [[-100, -100, 7, EOS_ID], [-100, 8, 9, EOS_ID]]
+    short = collate([([5], [EOS_ID]), ([5, 6], [7, 8, EOS_ID])])
+    assert short["input_ids"][0].tolist() == [5, EOS_ID, PAD_ID, PAD_ID, PAD_ID]
+    assert short["labels"][0].tolist() == [-100, EOS_ID, -100, -100, -100]
+    assert short["attention_mask"][0].tolist() == [1, 1, 0, 0, 0]
+
+
+def test_cache_key_covers_every_weight_setting_but_not_evaluation() -> None:
+    base = base_model_key(QUICK)
+    assert base == base_model_key(SFTConfig(**dataclasses.asdict(QUICK)))
+    assert base_model_key(dataclasses.replace(QUICK, eval_limit=None)) == base
+    for change in ({"seed": 1}, {"steps": 31}, {"lr": 1e-3}, {"preset": "tiny-s"}):
+        assert base_model_key(dataclasses.replace(QUICK, **change)) != base
+
+
+def test_invalid_configs_fail_before_training() -> None:
+    with pytest.raises(ValueError, match="unknown model preset"):
+        SFTConfig(preset="tiny-xxl")
+    with pytest.raises(ValueError, match="steps must be positive"):
+        SFTConfig(steps=0)
+
+
+def test_build_trains_once_then_loads_from_cache(tmp_path) -> None:
+    steps: list[float] = []
+    first = build_base_model(QUICK, tmp_path, on_step=lambda s, loss: steps.append(loss))
+    assert len(steps) == QUICK.steps and steps[-1] < steps[0]
+    assert first.path.parent == tmp_path and first.info["key"] == first.path.name
+    assert "val-core/all/acc/mean@1" in first.info["eval_greedy"]
+    again = build_base_model(QUICK, tmp_path, on_step=lambda s, loss: steps.append(loss))
+    assert len(steps) == QUICK.steps  # no retraining
+    for a, b in zip(first.model.parameters(), again.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert [p.name for p in tmp_path.iterdir()] == [first.path.name]  # no temp dirs left
+
+
+@pytest.mark.slow
+def test_default_base_model_leaves_headroom_on_every_family(tmp_path) -> None:
+    base = build_base_model(SFTConfig(), tmp_path)
+    acc = {k: v for k, v in base.info["eval_greedy"].items() if "/acc/mean@1" in k}
+    per_family = {k: v for k, v in acc.items() if "/all/" not in k}
+    assert len(per_family) == 8
+    assert all(0 < v < 0.95 for v in per_family.values()), per_family
+    assert acc["val-core/all/acc/mean@1"] < 0.6
