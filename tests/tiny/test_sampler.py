@@ -248,13 +248,21 @@ def test_rows_ending_early_are_dropped_without_changing_the_others(master) -> No
         torch.testing.assert_close(out.logprobs[i, :n], free.logprobs[i, :n], rtol=0, atol=1e-5)
 
 
-def test_fast_path_equals_calling_the_modules(master) -> None:
-    # a forward hook makes the sampler call every module as is (no fused fast path)
+@pytest.mark.parametrize("mode", ["fp32", "bf16", "fp8-tensor", "fp8-block"])
+def test_fast_path_equals_calling_the_modules(master, mode: str) -> None:
+    # a global forward hook makes the sampler call every leaf module as is (no fused GEMMs,
+    # no functional norms); the fast path must give the same values
+    model = {
+        "fp32": lambda: master,
+        "bf16": lambda: make_rollout_model(master, None),
+        "fp8-tensor": lambda: make_rollout_model(master, RolloutQuantConfig("tensor")),
+        "fp8-block": lambda: make_rollout_model(master, RolloutQuantConfig("block")),
+    }[mode]()
     prompts = make_prompts(8, seed=12)
-    fast = sample(master, prompts, seed=1)
+    fast = sample(model, prompts, seed=1)
     handle = torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: None)
     try:
-        slow = sample(master, prompts, seed=1)
+        slow = sample(model, prompts, seed=1)
     finally:
         handle.remove()
     assert torch.equal(fast.tokens, slow.tokens)
