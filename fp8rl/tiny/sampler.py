@@ -1,14 +1,15 @@
 """Batched sampling with a static KV cache, and full-forward scoring, for the tiny Qwen3.
 
-On a sub-million-parameter model Python and framework overhead, not FLOPs, bound decoding,
-so :class:`Sampler` does not go through ``transformers.generate``. It runs a *functional*
-Qwen3 forward that calls the model's own embedding, norm, linear and MLP modules — so
-whatever precision the model was given (FP32, BF16 emulation and its rounding hooks, the FP8
-W8A8 rollout linears of :func:`fp8rl.numerics.make_rollout_model`) applies unchanged — and
-implements only the glue: RoPE, attention over a preallocated KV cache, residual sums.
-Where ``transformers``' module boundaries would BF16-round a value in an emulated model
-(attention output, decoder-layer output; rotary tables come from the model's rotary module),
-the glue rounds at the same points.
+On a sub-million-parameter model framework overhead, not FLOPs, dominates decoding, so
+:class:`Sampler` does not go through ``transformers.generate``. It runs a second, functional
+Qwen3 forward whose leaves — embedding, norms, linears, activation, rotary tables — are the
+model's own modules, so whatever precision the model was given (FP32, BF16 emulation and
+its rounding hooks, the FP8 W8A8 rollout linears of :func:`fp8rl.numerics.make_rollout_model`)
+applies unchanged; only leaves whose forward is known run as equivalent plain ops (fused
+GEMMs for q/k/v and gate/up, see :func:`_linears_fn`). The glue is the composites: RoPE,
+attention over a preallocated KV cache, the MLP product, residual sums. Where an emulated
+model's hooks would BF16-round a composite's output (attention block, MLP, decoder layer),
+the glue rounds at the same points. See docs/tiny_backend.md.
 
 Layout: prompts are left-padded to the longest prompt ``P``; KV-cache slot ``s`` of row
 ``b`` holds position ``s - (P - len_b)``, so every row sees exactly the positions it would
