@@ -7,7 +7,8 @@ per precision mode: FP32 (the master model), BF16-emulated (``make_rollout_model
 None)``) and FP8 W8A8 rollout copies (``make_rollout_model(master, RolloutQuantConfig(...))``).
 The last column puts the sampler against this CPU's FP32 matmul roofline, measured in the
 same run with a large GEMM: achieved FLOP/s (linears and attention of prefill and decode)
-over the GEMM's FLOP/s.
+over the GEMM's FLOP/s. Default lengths are the tiny tasks': prompts of 24 tokens (the
+eval prompts are at most 51 characters, median 17) and 64 new tokens (solutions at most 57).
 
     python benchmarks/bench_sampler.py                      # all modes, batch 64 and 256
     python benchmarks/bench_sampler.py --modes fp32 --reps 1
@@ -83,8 +84,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="tiny-s")
     ap.add_argument("--batches", type=int, nargs="+", default=[64, 256])
-    ap.add_argument("--prompt-len", type=int, default=32)
-    ap.add_argument("--new-tokens", type=int, default=96)
+    ap.add_argument("--prompt-len", type=int, default=24)
+    ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
@@ -149,7 +150,8 @@ def main() -> None:
             f"| {mode} | {batch} | {hf:,.0f} | {ours:,.0f} | {speedup:.1f}x | "
             f"{100 * flops_s / peak:.0f}% |"
         )
-    print(f"\nCommand: `python benchmarks/bench_sampler.py {' '.join(sys.argv[1:])}`".rstrip())
+    command = " ".join(["python benchmarks/bench_sampler.py", *sys.argv[1:]])
+    print(f"\nCommand: `{command}`")
 
 
 if __name__ == "__main__":

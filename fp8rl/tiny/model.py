@@ -2,8 +2,9 @@
 
 Every preset keeps each linear width a multiple of 128 (hidden, ``heads * head_dim``,
 ``kv_heads * head_dim``, intermediate), so FP8 blockwise 128-scaling tiles every layer, and
-uses grouped-query attention (two query heads per KV head) and an untied LM head, as
-Qwen3-8B does. The vocabulary size comes from the tokenizer (its size padded to a multiple
+keeps Qwen3's head size 128 (so a 1x128 activation group of ``o_proj``'s input is one head,
+as in Qwen3-8B), grouped-query attention (two query heads per KV head) and an untied LM
+head. The vocabulary size comes from the tokenizer (its size padded to a multiple
 of 128). ``mimic_block_size`` gives the block size whose ratio to the hidden width is an
 8B model's 128/4096, for recipes that take ``block_size``.
 
@@ -67,15 +68,15 @@ PRESETS: dict[str, TinyPreset] = {
     p.name: p
     for p in (
         # for tests: builds and runs a forward in milliseconds
-        TinyPreset("tiny-test", hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
-                   head_dim=64, intermediate_size=256),
+        TinyPreset("tiny-test", hidden_size=128, num_layers=2, num_heads=2, num_kv_heads=1,
+                   head_dim=128, intermediate_size=256),
         # ~0.8M parameters, the size the sampler and numerics numbers refer to
-        TinyPreset("tiny-s", hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2,
-                   head_dim=64, intermediate_size=256),
-        TinyPreset("tiny-m", hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2,
-                   head_dim=64, intermediate_size=512),
-        TinyPreset("tiny-l", hidden_size=256, num_layers=6, num_heads=4, num_kv_heads=2,
-                   head_dim=64, intermediate_size=768),
+        TinyPreset("tiny-s", hidden_size=128, num_layers=4, num_heads=2, num_kv_heads=1,
+                   head_dim=128, intermediate_size=256),
+        TinyPreset("tiny-m", hidden_size=256, num_layers=4, num_heads=2, num_kv_heads=1,
+                   head_dim=128, intermediate_size=512),
+        TinyPreset("tiny-l", hidden_size=256, num_layers=6, num_heads=2, num_kv_heads=1,
+                   head_dim=128, intermediate_size=768),
     )
 }  # fmt: skip
 

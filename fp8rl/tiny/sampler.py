@@ -1,14 +1,15 @@
 """Batched sampling with a static KV cache, and full-forward scoring, for the tiny Qwen3.
 
-On a sub-million-parameter model Python and framework overhead, not FLOPs, bound decoding,
-so :class:`Sampler` does not go through ``transformers.generate``. It runs a *functional*
-Qwen3 forward that calls the model's own embedding, norm, linear and MLP modules — so
-whatever precision the model was given (FP32, BF16 emulation and its rounding hooks, the FP8
-W8A8 rollout linears of :func:`fp8rl.numerics.make_rollout_model`) applies unchanged — and
-implements only the glue: RoPE, attention over a preallocated KV cache, residual sums.
-Where ``transformers``' module boundaries would BF16-round a value in an emulated model
-(attention output, decoder-layer output; rotary tables come from the model's rotary module),
-the glue rounds at the same points.
+On a sub-million-parameter model framework overhead, not FLOPs, dominates decoding, so
+:class:`Sampler` does not go through ``transformers.generate``. It runs a second, functional
+Qwen3 forward whose leaves — embedding, norms, linears, activation, rotary tables — are the
+model's own modules, so whatever precision the model was given (FP32, BF16 emulation and
+its rounding hooks, the FP8 W8A8 rollout linears of :func:`fp8rl.numerics.make_rollout_model`)
+applies unchanged; only leaves whose forward is known run as equivalent plain ops (fused
+GEMMs for q/k/v and gate/up, see :func:`_linears_fn`). The glue is the composites: RoPE,
+attention over a preallocated KV cache, the MLP product, residual sums. Where an emulated
+model's hooks would BF16-round a composite's output (attention block, MLP, decoder layer),
+the glue rounds at the same points. See docs/tiny_backend.md.
 
 Layout: prompts are left-padded to the longest prompt ``P``; KV-cache slot ``s`` of row
 ``b`` holds position ``s - (P - len_b)``, so every row sees exactly the positions it would
@@ -36,9 +37,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers.activations import SiLUActivation
-from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 from fp8rl.numerics.bf16 import is_bf16_emulated, round_bf16
+from fp8rl.numerics.linears import Bf16Linear
+from fp8rl.numerics.rollout import Fp8RolloutLinear
+from fp8rl.numerics.scaling import fake_quantize
 
 __all__ = ["SampleBatch", "Sampler", "score"]
 
@@ -61,9 +65,13 @@ class SampleBatch:
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
-    # = x * cos + rotate_half(x) * sin (transformers), bit for bit: roll(x) = cat(x2, x1),
-    # sin_signed = cat(-sin1, sin2), and (-a) * b == a * (-b) exactly
-    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin_signed
+    # = x * cos + rotate_half(x) * sin (transformers), bit for bit: swapping the halves gives
+    # cat(x2, x1) in one kernel, sin_signed = cat(-sin1, sin2), and (-a) * b == a * (-b)
+    swapped = x.unflatten(-1, (2, x.shape[-1] // 2)).flip(-2).flatten(-2)
+    return x * cos + swapped * sin_signed
+
+
+Heads = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def _has_hooks(mod: nn.Module) -> bool:
@@ -76,132 +84,150 @@ def _global_hooks() -> bool:
     return bool(m._global_forward_hooks or m._global_forward_pre_hooks)
 
 
-def _stock(mod: nn.Module, cls: type) -> bool:
-    """``mod`` is exactly ``cls`` with no hooks: its forward is the stock functional op."""
-    return type(mod) is cls and not _has_hooks(mod)
+def _exactly(mod: nn.Module, *classes: type) -> bool:
+    """``mod`` is exactly one of ``classes`` with no hooks: its forward is known."""
+    return type(mod) in classes and not _has_hooks(mod)
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    # Qwen3RMSNorm's arithmetic, op for op (FP32 in, FP32 out)
-    return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+    # Qwen3RMSNorm's arithmetic, bit for bit, in fewer kernels (FP32 in and out): mean(-1)
+    # is sum(-1) / n on CPU, without mean's dtype round trip
+    var = x.pow(2).sum(-1, keepdim=True).div_(x.shape[-1])
+    return weight * (x * var.add_(eps).rsqrt_())
 
 
-def _norm_fn(norm: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    if _stock(norm, Qwen3RMSNorm):
+Fn = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _norm_fn(norm: nn.Module, fast: bool) -> Fn:
+    if fast and _exactly(norm, Qwen3RMSNorm):
         weight, eps = norm.weight, norm.variance_epsilon
         return lambda x: _rms_norm(x, weight, eps)
     return norm
 
 
-def _linear_fn(lin: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    if _stock(lin, nn.Linear):
+def _act_fn(act: nn.Module, fast: bool) -> Fn:
+    return F.silu if fast and _exactly(act, SiLUActivation, nn.SiLU) else act
+
+
+def _linears_fn(lins: list[nn.Module], fast: bool) -> Fn:
+    """Linears reading the same input (q/k/v, gate/up) as one map to their concatenated
+    outputs: one GEMM over the concatenated weights where their forward is known and fusing
+    changes no value — stock FP32; the numerics layer's BF16 linears (weights rounded once
+    here instead of at every call); its FP8 rollout linears with one config (the input is
+    quantised once, exactly as each layer would) — else a call of each module."""
+    known = fast and all(m.bias is None for m in lins)
+    if known and all(_exactly(m, nn.Linear) for m in lins):
+        weight = torch.cat([m.weight for m in lins])
+        return lambda x: F.linear(x, weight)
+    if known and all(
+        _exactly(m, Bf16Linear) or (_exactly(m, Fp8RolloutLinear) and m.high_precision)
+        for m in lins
+    ):
+        weight = torch.cat([round_bf16(m.weight) for m in lins])
+        return lambda x: round_bf16(F.linear(round_bf16(x), weight))
+    if (
+        known
+        and all(_exactly(m, Fp8RolloutLinear) and not m.high_precision for m in lins)
+        and all(m.cfg == lins[0].cfg for m in lins)
+    ):
+        # Fp8RolloutLinear.fp8_forward on the concatenated (already FP8-valued) weights
+        weight, cfg = torch.cat([m.weight for m in lins]), lins[0].cfg
+        fmt, block = cfg.fmt, cfg.activation_block()
+        return lambda x: round_bf16(
+            F.linear(fake_quantize(round_bf16(x), fmt, block, partial="pad"), weight)
+        )
+    return lambda x: torch.cat([m(x) for m in lins], -1)
+
+
+def _linear_fn(lin: nn.Module, fast: bool) -> Fn:
+    if fast and _exactly(lin, nn.Linear):
         weight, bias = lin.weight, lin.bias
         return lambda x: F.linear(x, weight, bias)
     return lin
 
 
-def _mlp_fn(mlp: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    parts = (mlp.gate_proj, mlp.up_proj, mlp.down_proj)
-    if (
-        _stock(mlp, Qwen3MLP)
-        and all(_stock(m, nn.Linear) and m.bias is None for m in parts)
-        and (_stock(mlp.act_fn, SiLUActivation) or _stock(mlp.act_fn, nn.SiLU))
-    ):
-        gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
-        down, n = mlp.down_proj.weight, mlp.intermediate_size
-
-        def fused(x: torch.Tensor) -> torch.Tensor:
-            gate, up = F.linear(x, gate_up).split(n, -1)
-            return F.linear(F.silu(gate) * up, down)
-
-        return fused
-    return mlp
-
-
-Heads = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-
-
-def _qkv_fn(
-    attn: nn.Module, heads: int, kv_heads: int, head_dim: int, fast: bool
-) -> Callable[..., Heads]:
-    """``(x (N, hidden), cos, sin (N, 1, D)) -> q (N, H, D), k, v (N, KVH, D)``: the
-    projections, q/k norms and RoPE of one attention block."""
-    H, KVH, D = heads, kv_heads, head_dim
-    lins = (attn.q_proj, attn.k_proj, attn.v_proj)
-    norms = (attn.q_norm, attn.k_norm)
-    if (
-        fast
-        and all(_stock(m, nn.Linear) and m.bias is None for m in lins)
-        and all(_stock(m, Qwen3RMSNorm) for m in norms)
-        and attn.q_norm.variance_epsilon == attn.k_norm.variance_epsilon
-    ):
-        # one GEMM for q, k, v; q and k normalised (per-head weights stacked) and rotated
-        # together, with the same arithmetic as the modules
-        w_qkv = torch.cat([m.weight for m in lins])
-        w_norm = torch.cat([attn.q_norm.weight.expand(H, D), attn.k_norm.weight.expand(KVH, D)])
-        eps = attn.q_norm.variance_epsilon
-
-        def fused(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Heads:
-            out = F.linear(x, w_qkv)
-            qk = _rms_norm(out[:, : (H + KVH) * D].view(-1, H + KVH, D), w_norm, eps)
-            qk = _rope(qk, cos, sin)
-            return qk[:, :H], qk[:, H:], out[:, (H + KVH) * D :].view(-1, KVH, D)
-
-        return fused
-
-    def modules(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Heads:
-        q = _rope(attn.q_norm(attn.q_proj(x).view(-1, H, D)), cos, sin)
-        k = _rope(attn.k_norm(attn.k_proj(x).view(-1, KVH, D)), cos, sin)
-        return q, k, attn.v_proj(x).view(-1, KVH, D)
-
-    return modules
-
-
 @dataclass
 class _LayerPlan:
-    attn_norm: Callable[[torch.Tensor], torch.Tensor]
-    qkv: Callable[..., Heads]
-    o_proj: Callable[[torch.Tensor], torch.Tensor]
+    """One decoder layer as callables: the model's modules or known-equivalent fast ops."""
+
+    attn_norm: Fn
+    qkv: Fn  # x -> [q | k | v]
+    q_norm: Fn  # over (N, H, D); or over the joint (N, H + KVH, D) q|k tensor
+    k_norm: Fn | None  # None: q_norm normalises q and k together
+    o_proj: Fn
     scaling: float
-    mlp_norm: Callable[[torch.Tensor], torch.Tensor]
-    mlp: Callable[[torch.Tensor], torch.Tensor]
+    mlp_norm: Fn
+    gate_up: Fn  # x -> [gate | up]
+    act: Fn
+    down: Fn
+
+
+def _layer_plan(layer: nn.Module, heads: int, kv_heads: int, fast: bool) -> _LayerPlan:
+    a, mlp = layer.self_attn, layer.mlp
+    q_norm, k_norm = _norm_fn(a.q_norm, fast), _norm_fn(a.k_norm, fast)
+    if (
+        fast
+        and _exactly(a.q_norm, Qwen3RMSNorm)
+        and _exactly(a.k_norm, Qwen3RMSNorm)
+        and a.q_norm.variance_epsilon == a.k_norm.variance_epsilon
+    ):  # per-head weights stacked: q and k normalised in one pass, same arithmetic
+        D, eps = a.q_norm.weight.shape[0], a.q_norm.variance_epsilon
+        w = torch.cat([a.q_norm.weight.expand(heads, D), a.k_norm.weight.expand(kv_heads, D)])
+        q_norm, k_norm = (lambda qk: _rms_norm(qk, w, eps)), None
+    return _LayerPlan(
+        attn_norm=_norm_fn(layer.input_layernorm, fast),
+        qkv=_linears_fn([a.q_proj, a.k_proj, a.v_proj], fast),
+        q_norm=q_norm,
+        k_norm=k_norm,
+        o_proj=_linear_fn(a.o_proj, fast),
+        scaling=float(a.scaling),
+        mlp_norm=_norm_fn(layer.post_attention_layernorm, fast),
+        gate_up=_linears_fn([mlp.gate_proj, mlp.up_proj], fast),
+        act=_act_fn(mlp.act_fn, fast),
+        down=_linear_fn(mlp.down_proj, fast),
+    )
 
 
 class _Qwen3Glue:
     """A functional Qwen3 forward over a static KV cache, built from a model's own modules.
 
-    Every linear, norm, MLP and the embedding is the model's module, called as is, unless
-    it is a stock ``transformers`` module with no hooks (plain FP32): then the same
-    functional ops run on its parameters (q/k/v and gate/up fused into one GEMM each) to
-    save framework overhead. Built at each ``generate`` call, so it sees current weights.
-    Hidden states are 2-D (tokens, hidden) throughout.
+    Leaves — embedding, norms, linears, the activation, the rotary tables — are the model's
+    modules, called as they are, unless their forward is known and can run as plain ops with
+    the same values (stock FP32 modules without hooks; groups of linears sharing an input,
+    fused into one GEMM, see :func:`_linears_fn`). Composites — attention, MLP, decoder
+    layer — are this glue, which rounds their outputs to BF16 where an emulated model's
+    hooks would (the composites' own hooks do not run). Built at each ``generate`` call,
+    so it sees current weights. Hidden states are 2-D (tokens, hidden) throughout.
     """
 
     def __init__(self, model: nn.Module, inner: nn.Module):
         cfg = model.config
         self.num_heads = H = int(cfg.num_attention_heads)
         self.num_kv_heads = KVH = int(cfg.num_key_value_heads)
-        self.head_dim = D = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // H)
+        self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // H)
         self.round = round_bf16 if is_bf16_emulated(model) else None
         fast = not _global_hooks()
-
-        def pick(mod: nn.Module, fn: Callable[[nn.Module], Callable]) -> Callable:
-            return fn(mod) if fast else mod
-
         self.embed = inner.embed_tokens
-        self.final_norm = pick(inner.norm, _norm_fn)
-        self.lm_head = pick(model.lm_head, _linear_fn)
-        self.layers = [
-            _LayerPlan(
-                attn_norm=pick(layer.input_layernorm, _norm_fn),
-                qkv=_qkv_fn(layer.self_attn, H, KVH, D, fast),
-                o_proj=pick(layer.self_attn.o_proj, _linear_fn),
-                scaling=float(layer.self_attn.scaling),
-                mlp_norm=pick(layer.post_attention_layernorm, _norm_fn),
-                mlp=pick(layer.mlp, _mlp_fn),
-            )
-            for layer in inner.layers
-        ]
+        self.final_norm = _norm_fn(inner.norm, fast)
+        self.lm_head = _linear_fn(model.lm_head, fast)
+        self.layers = [_layer_plan(layer, H, KVH, fast) for layer in inner.layers]
+
+    def _heads(self, L: _LayerPlan, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Heads:
+        """Projections, q/k norms and RoPE: q (N, H, D), k and v (N, KVH, D)."""
+        H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
+        qkv = L.qkv(x)
+        v = qkv[:, (H + KVH) * D :].view(-1, KVH, D)
+        if L.k_norm is None:  # q and k normalised and rotated as one tensor
+            qk = _rope(L.q_norm(qkv[:, : (H + KVH) * D].view(-1, H + KVH, D)), cos, sin)
+            return qk[:, :H], qk[:, H:], v
+        q = L.q_norm(qkv[:, : H * D].view(-1, H, D))
+        k = L.k_norm(qkv[:, H * D : (H + KVH) * D].view(-1, KVH, D))
+        return _rope(q, cos, sin), _rope(k, cos, sin), v
+
+    def _mlp(self, L: _LayerPlan, x: torch.Tensor) -> torch.Tensor:
+        gate, up = L.gate_up(x).chunk(2, -1)
+        return self._round(L.down(L.act(gate) * up))
 
     def prefill(
         self,
@@ -218,7 +244,7 @@ class _Qwen3Glue:
         H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
         h = self.embed(ids.view(-1))
         for i, L in enumerate(self.layers):
-            q, k, v = L.qkv(L.attn_norm(h), cos, sin)
+            q, k, v = self._heads(L, L.attn_norm(h), cos, sin)
             q, k, v = (t.view(B, P, -1, D).transpose(1, 2) for t in (q, k, v))
             kv[2 * i][:, :, :P] = k
             kv[2 * i + 1][:, :, :P] = v
@@ -226,7 +252,7 @@ class _Qwen3Glue:
                 q, k, v, attn_mask=mask, scale=L.scaling, enable_gqa=H != KVH
             )
             h = h + self._round(L.o_proj(o.transpose(1, 2).reshape(B * P, H * D)))
-            h = self._round(h + L.mlp(L.mlp_norm(h)))
+            h = self._round(h + self._mlp(L, L.mlp_norm(h)))
         return self.lm_head(self.final_norm(h.view(B, P, -1)[:, -1]))
 
     def decode(
@@ -245,7 +271,7 @@ class _Qwen3Glue:
         H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
         h = self.embed(tok)
         for i, L in enumerate(self.layers):
-            q, k, v = L.qkv(L.attn_norm(h), cos, sin)
+            q, k, v = self._heads(L, L.attn_norm(h), cos, sin)
             k_cache, v_cache = kv[2 * i], kv[2 * i + 1]  # (b, KVH, slots, D)
             k_cache[:, :, s] = k
             v_cache[:, :, s] = v
@@ -256,7 +282,7 @@ class _Qwen3Glue:
             scores = torch.baddbmm(add_mask, q, keys.mT, alpha=L.scaling)
             o = torch.bmm(scores.softmax(-1), v_cache.view(b * KVH, -1, D)[:, : s + 1])
             h = h + self._round(L.o_proj(o.view(b, H * D)))
-            h = self._round(h + L.mlp(L.mlp_norm(h)))
+            h = self._round(h + self._mlp(L, L.mlp_norm(h)))
         return self.lm_head(self.final_norm(h))
 
     def _round(self, x: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,7 @@ def test_preset_builds_the_real_qwen3_with_128_multiple_widths(name: str) -> Non
     n = sum(p.numel() for p in model.parameters())
     assert n == PRESETS[name].num_params(VOCAB)
     assert 3e5 < n < 6e6  # a few hundred thousand to a few million
+    assert model.config.head_dim == 128  # as in every Qwen3
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     assert len(linears) == 7 * model.config.num_hidden_layers + 1
     for lin in linears:
