@@ -91,9 +91,14 @@ class Fp8RolloutLinear(PrecisionLinear):
         super().__init__(*args, **kwargs)
         self.cfg = cfg
 
+    def quantize_input(self, x: torch.Tensor) -> torch.Tensor:
+        """The activation as the W8A8 GEMM sees it: BF16, then FP8 with dynamic scales."""
+        return fake_quantize(
+            round_bf16(x), self.cfg.fmt, self.cfg.activation_block(), partial="pad"
+        )
+
     def fp8_forward(self, x: torch.Tensor) -> torch.Tensor:
-        xq = fake_quantize(round_bf16(x), self.cfg.fmt, self.cfg.activation_block(), partial="pad")
-        out = torch.nn.functional.linear(xq, self.weight)
+        out = torch.nn.functional.linear(self.quantize_input(x), self.weight)
         if self.bias is not None:
             out = out + round_bf16(self.bias)
         return round_bf16(out)

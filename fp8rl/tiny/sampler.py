@@ -42,7 +42,6 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 from fp8rl.numerics.bf16 import is_bf16_emulated, round_bf16
 from fp8rl.numerics.linears import Bf16Linear
 from fp8rl.numerics.rollout import Fp8RolloutLinear
-from fp8rl.numerics.scaling import fake_quantize
 
 __all__ = ["SampleBatch", "Sampler", "score"]
 
@@ -131,12 +130,10 @@ def _linears_fn(lins: list[nn.Module], fast: bool) -> Fn:
         and all(_exactly(m, Fp8RolloutLinear) and not m.high_precision for m in lins)
         and all(m.cfg == lins[0].cfg for m in lins)
     ):
-        # Fp8RolloutLinear.fp8_forward on the concatenated (already FP8-valued) weights
-        weight, cfg = torch.cat([m.weight for m in lins]), lins[0].cfg
-        fmt, block = cfg.fmt, cfg.activation_block()
-        return lambda x: round_bf16(
-            F.linear(fake_quantize(round_bf16(x), fmt, block, partial="pad"), weight)
-        )
+        # Fp8RolloutLinear.fp8_forward on the concatenated (already FP8-valued) weights,
+        # the shared input quantised once with the layers' own rule
+        weight, quantize = torch.cat([m.weight for m in lins]), lins[0].quantize_input
+        return lambda x: round_bf16(F.linear(quantize(x), weight))
     return lambda x: torch.cat([m(x) for m in lins], -1)
 
 
