@@ -23,11 +23,10 @@ import argparse
 import logging
 import os
 import platform
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
+from common import bench_model, timeit
 
 from fp8rl.rl import (
     TIS_TOKEN_C2,
@@ -42,16 +41,9 @@ from fp8rl.rl import (
 BATCH, LENGTH, PERIOD = 256, 4096, 20
 
 
-def timeit(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
-    """Median wall time of ``fn`` in milliseconds."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1000 * statistics.median(times)
+def timeit_ms(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of ``fn`` in milliseconds (one warm-up call)."""
+    return 1000 * timeit(fn, repeats, warmup=1)
 
 
 def make_batch(seed: int = 0) -> dict[str, torch.Tensor]:
@@ -84,22 +76,8 @@ def loss_step(fn: Callable, b: dict[str, torch.Tensor], config: object) -> Calla
 
 
 def model_step(model_batch: int, forward_only: bool) -> Callable[[], object]:
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    cfg = Qwen3Config(
-        vocab_size=1024,
-        hidden_size=256,
-        intermediate_size=768,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        max_position_embeddings=4096,
-        tie_word_embeddings=False,
-    )
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(cfg).float()
-    ids = torch.randint(0, cfg.vocab_size, (model_batch, LENGTH))
+    model = bench_model().float()
+    ids = torch.randint(0, model.config.vocab_size, (model_batch, LENGTH))
 
     def run() -> object:
         if forward_only:
@@ -139,15 +117,15 @@ def main() -> None:
 
     rows: list[tuple[str, float]] = []
     r = args.repeats
-    t_vanilla = timeit(loss_step(compute_policy_loss_vanilla, b, verl_actor), r)
+    t_vanilla = timeit_ms(loss_step(compute_policy_loss_vanilla, b, verl_actor), r)
     rows.append(("verl vanilla loss, fwd+bwd", t_vanilla))
     rows.append(
         (
             "calibrated_clip, diagnostics off",
-            timeit(loss_step(compute_policy_loss_calibrated_clip, b, off), r),
+            timeit_ms(loss_step(compute_policy_loss_calibrated_clip, b, off), r),
         )
     )
-    t_diag = timeit(loss_step(compute_policy_loss_calibrated_clip, b, on), r)
+    t_diag = timeit_ms(loss_step(compute_policy_loss_calibrated_clip, b, on), r)
     rows.append(("calibrated_clip + diagnostics + histograms", t_diag))
 
     ratio_b = torch.exp(b["new"] - b["old"])
@@ -157,18 +135,18 @@ def main() -> None:
         cal = Calibrator(CalibratorConfig(period=PERIOD))
         return cal.update(PERIOD, ratio_b, ratio_f, b["adv"], b["mask"])
 
-    t_cal = timeit(calib, r)
+    t_cal = timeit_ms(calib, r)
     rows.append((f"Calibrator.update (once per K={PERIOD} steps)", t_cal))
     rows.append((f"  amortised per step (/{PERIOD})", t_cal / PERIOD))
-    t_tis = timeit(
+    t_tis = timeit_ms(
         lambda: compute_mismatch_correction(b["old"], b["rollout"], b["mask"], TIS_TOKEN_C2), r
     )
     rows.append(("TIS token correction (once per step)", t_tis))
 
     mr = max(1, min(r, 3))
     scale = BATCH / args.model_batch
-    t_model = timeit(model_step(args.model_batch, forward_only=False), mr) * scale
-    t_fwd = timeit(model_step(args.model_batch, forward_only=True), mr) * scale
+    t_model = timeit_ms(model_step(args.model_batch, forward_only=False), mr) * scale
+    t_fwd = timeit_ms(model_step(args.model_batch, forward_only=True), mr) * scale
     added = (t_diag - t_vanilla) + t_cal / PERIOD
     cpu = platform.processor() or platform.machine()
 

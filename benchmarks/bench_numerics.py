@@ -17,12 +17,9 @@ from __future__ import annotations
 import argparse
 import copy
 import platform
-import statistics
-import time
-from collections.abc import Callable
 
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from common import bench_model, timeit
 
 from fp8rl.numerics import (
     RolloutQuantConfig,
@@ -31,34 +28,6 @@ from fp8rl.numerics import (
     get_recipe,
     make_rollout_model,
 )
-
-
-def bench_model() -> Qwen3ForCausalLM:
-    """The benchmark transformer (shared with benchmarks/bench_loss.py)."""
-    torch.manual_seed(0)
-    cfg = Qwen3Config(
-        vocab_size=1024,
-        hidden_size=256,
-        intermediate_size=768,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        max_position_embeddings=4096,
-        tie_word_embeddings=False,
-    )
-    return Qwen3ForCausalLM(cfg)
-
-
-def timeit(fn: Callable[[], object], reps: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def token_logprobs(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:

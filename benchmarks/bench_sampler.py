@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import platform
-import statistics
 import sys
 import time
 from collections.abc import Callable
 
 import torch
+from common import timeit
 from torch import nn
 
 from fp8rl.numerics import RolloutQuantConfig, make_rollout_model
@@ -38,16 +38,6 @@ MODES: dict[str, Callable[[nn.Module], nn.Module]] = {
     "fp8-block": lambda master: make_rollout_model(master, RolloutQuantConfig("block")),
 }
 VOCAB = 128
-
-
-def median_time(fn: Callable[[], object], reps: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def matmul_roofline(n: int = 2048, reps: int = 5) -> float:
@@ -124,8 +114,8 @@ def main() -> None:
             def ours(sampler: Sampler = sampler, prompts: list[list[int]] = prompts) -> object:
                 return sampler.generate(prompts, max_new_tokens=args.new_tokens, seed=0)
 
-            t_hf = median_time(hf, args.reps)
-            t_ours = median_time(ours, args.reps)
+            t_hf = timeit(hf, args.reps, warmup=1)
+            t_ours = timeit(ours, args.reps, warmup=1)
             flops = generation_flops(model, batch, args.prompt_len, args.new_tokens)
             rows.append(
                 (mode, batch, n_tokens / t_hf, n_tokens / t_ours, t_hf / t_ours, flops / t_ours)
