@@ -30,8 +30,8 @@ test-all: setup ## Run every test, slow end-to-end ones included
 
 .PHONY: lint
 lint: setup ## ruff check and format check
-	$(VENV)/bin/ruff check fp8rl tests benchmarks
-	$(VENV)/bin/ruff format --check fp8rl tests benchmarks
+	$(VENV)/bin/ruff check fp8rl tests benchmarks scripts
+	$(VENV)/bin/ruff format --check fp8rl tests benchmarks scripts
 
 .PHONY: base-model
 base-model: setup ## Build (or load from cache) the tiny-s SFT base model and print its per-family accuracy
