@@ -1,0 +1,756 @@
+"""The tiny backend's RL trainer: GRPO/DAPO with FP8 rollouts, FP8 training, TIS and
+Calibrated Clipping, resumable through the run store. One readable loop per step:
+
+    rollout (FP8 or BF16 sampling copy)  ->  rewards  ->  advantages (GRPO; DAPO filter and
+    overlong shaping)  ->  old log-probs (trainer recompute, or the rollout's)  ->  TIS
+    weights  ->  PPO epochs x mini-batches (later mini-batches are off-policy)  ->
+    calibration (BF16 shadow forwards)  ->  weight sync  ->  metrics, eval, checkpoint
+
+Precision never branches the loop: the training model is converted once by
+``apply_fp8_training`` (``bf16`` = BF16 emulation, no FP8 GEMMs), the rollout copy by
+``make_rollout_model`` (``None`` = BF16 rollout), and the BF16 shadow forward is the
+``high_precision`` context. Docs: ``docs/tiny_trainer.md``; the method: ``docs/method.md``.
+
+Two choices worth knowing when reading numbers:
+
+- Old log-probs are recomputed over the *same* mini-batch partition and padding the
+  update uses, so on the first mini-batch of the first epoch ``r = 1`` exactly (verl's
+  default behaviour when micro-batch sizes match); FP8 noise enters ``r`` only through
+  re-quantisation after updates. With ``old_logprob_source="rollout"`` (verl's bypass
+  mode) every token carries the full rollout-vs-trainer mismatch instead, and TIS must be
+  off (its weights would be 1).
+- ``timing_s/*`` metrics are wall-clock times; every other metric is a deterministic
+  function of the config on a given CPU and thread count, so a resumed run reproduces them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from fp8rl.numerics import (
+    RolloutQuantConfig,
+    apply_fp8_training,
+    get_recipe,
+    high_precision,
+    make_rollout_model,
+    sync_rollout_weights,
+    weight_fp8_stats,
+)
+from fp8rl.rewards import is_well_formed, reward
+from fp8rl.rl import (
+    LOSS_AGG_MODES,
+    Calibrator,
+    CalibratorConfig,
+    MismatchCorrection,
+    agg_loss,
+    compute_mismatch_correction,
+    dapo_keep_mask,
+    grpo_outcome_advantage,
+    masked_mean,
+    overlong_penalty,
+    ppo_clip_loss,
+)
+from fp8rl.runs import Decision, RngStreams, Run, RunStore, TrainState
+from fp8rl.tiny.evaluate import EvalConfig, evaluate
+from fp8rl.tiny.model import get_preset
+from fp8rl.tiny.sampler import Sampler
+from fp8rl.tiny.sft import SFTConfig, build_base_model
+from fp8rl.tiny.tasks import training_mix
+from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID, VOCAB_SIZE_PADDED
+
+__all__ = [
+    "ALGORITHMS",
+    "CLIPPING_MODES",
+    "OLD_LOGPROB_SOURCES",
+    "TRAIN_RECIPES",
+    "TrainConfig",
+    "TrainSummary",
+    "token_log_probs",
+    "train",
+    "train_run",
+]
+
+log = logging.getLogger(__name__)
+
+ALGORITHMS = ("grpo", "dapo")
+TRAIN_RECIPES = ("bf16", "tensorwise", "rowwise", "blockwise")
+ROLLOUT_WEIGHT_SCALES = ("tensor", "channel", "block")
+OLD_LOGPROB_SOURCES = ("trainer", "rollout")
+CLIPPING_MODES = ("standard", "calibrated")
+EVAL_PRECISIONS = ("rollout", "training")
+
+#: Prompt positions reserved in the sampler's sequence budget (prompts are <= 52 chars).
+PROMPT_BUDGET = 64
+
+#: Default clip ratios (eps_low, eps_high) per algorithm: GRPO symmetric, DAPO clip-higher.
+DEFAULT_EPS = {"grpo": (0.2, 0.2), "dapo": (0.2, 0.28)}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One tiny RL run. Validated on construction, before any compute.
+
+    Precision (separate settings, so "FP8 rollout + BF16 training" is a run):
+        recipe: training precision, one of :data:`TRAIN_RECIPES` (``bf16`` = BF16
+            emulation; the FP8 recipes keep BF16 elsewhere, as TorchAO does).
+        rollout_weight_scale: ``None`` = BF16 rollout; ``tensor``/``channel``/``block`` =
+            vLLM-style online FP8 W8A8 (``RolloutQuantConfig.weight_scale``).
+        rollout_activation_scale: ``RolloutQuantConfig.activation_scale`` (None follows
+            the weights).
+        include_lm_head: quantise the LM head too, in training and rollout (models a
+            stack that does; default off as torchtitan and vLLM).
+        block_size: block of the blockwise recipe and of the ``block`` rollout scheme;
+            models the block-to-width ratio (``fp8rl.tiny.model.mimic_block_size`` gives
+            the 8B ratio). Must divide every quantised linear width when used.
+    Algorithm:
+        algorithm: ``grpo`` or ``dapo``; ``eps_low``/``eps_high`` default to 0.2/0.2 and
+            0.2/0.28 (DAPO's clip-higher). They set the trust-region width, the knob that
+            decides whether FP8 noise is small or large relative to it.
+        dynamic_sampling: DAPO's group filter (default on for dapo): groups whose final
+            scores are all equal are dropped and more prompts are sampled, up to
+            ``max_sample_rounds`` rounds (verl's ``max_num_gen_batches``).
+        overlong_buffer_len: DAPO's soft overlong punishment over the last this many
+            tokens of ``max_new_tokens`` (default for dapo: a quarter); None = off.
+    PPO:
+        ppo_epochs, ppo_mini_batches: updates per step; every mini-batch after the first
+            is off-policy (the knob that lets FP8 noise into ``r``).
+        old_logprob_source: ``trainer`` (recompute in training precision, verl's
+            default) or ``rollout`` (the rollout engine's log-probs, verl's bypass mode).
+        tis, tis_threshold: token-level TIS, ``w = min(pi_old / pi_rollout, C)``.
+    Clipping:
+        clipping: ``standard`` or ``calibrated`` (Calibrated Clipping; ``calib_*`` are the
+            ``CalibratorConfig`` fields of the same names).
+    Schedule:
+        steps (numbered 1..steps, as verl), eval_every (0 = never; also evaluates before
+        the first step), checkpoint_every (the last step is always checkpointed).
+    """
+
+    base: SFTConfig = field(default_factory=SFTConfig)
+    recipe: str = "bf16"
+    rollout_weight_scale: str | None = None
+    rollout_activation_scale: str | None = None
+    include_lm_head: bool = False
+    block_size: int = 128
+    algorithm: str = "grpo"
+    eps_low: float | None = None
+    eps_high: float | None = None
+    clip_ratio_c: float = 3.0
+    loss_agg_mode: str = "token-mean"
+    dynamic_sampling: bool | None = None
+    max_sample_rounds: int = 3
+    overlong_buffer_len: int | None = None
+    overlong_penalty_factor: float = 1.0
+    prompts_per_step: int = 8
+    n_samples: int = 4
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    steps: int = 20
+    ppo_epochs: int = 1
+    ppo_mini_batches: int = 2
+    old_logprob_source: str = "trainer"
+    tis: bool = True
+    tis_threshold: float = 2.0
+    clipping: str = "standard"
+    calib_period: int = 20
+    calib_smoothing: float = 0.5
+    calib_upper_rule: str = "balance"
+    calib_init_low: float | None = None
+    calib_init_high: float | None = None
+    calib_lower_only: bool = False
+    calib_calibrate_at_start: bool = False
+    calib_max_step: float | None = None
+    eval: EvalConfig = field(default_factory=lambda: EvalConfig(limit=8))
+    eval_every: int = 0
+    eval_precision: str = "rollout"
+    checkpoint_every: int = 5
+    keep_checkpoints: int = 2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        def bad(msg: str) -> ValueError:
+            return ValueError(f"TrainConfig: {msg}")
+
+        if not isinstance(self.base, SFTConfig):
+            raise bad(f"base must be an SFTConfig, got {type(self.base).__name__}")
+        if not isinstance(self.eval, EvalConfig):
+            raise bad(f"eval must be an EvalConfig, got {type(self.eval).__name__}")
+        if self.recipe not in TRAIN_RECIPES:
+            raise bad(f"unknown training recipe {self.recipe!r}; expected one of {TRAIN_RECIPES}")
+        if self.rollout_weight_scale not in (None, *ROLLOUT_WEIGHT_SCALES):
+            raise bad(
+                f"rollout_weight_scale must be None (BF16 rollout) or one of "
+                f"{ROLLOUT_WEIGHT_SCALES}, got {self.rollout_weight_scale!r}"
+            )
+        if self.rollout_weight_scale is None and self.rollout_activation_scale is not None:
+            raise bad("rollout_activation_scale is set but the rollout is BF16 (no FP8 scheme)")
+        if self.algorithm not in ALGORITHMS:
+            raise bad(f"unknown algorithm {self.algorithm!r}; expected one of {ALGORITHMS}")
+        # resolve algorithm defaults (frozen dataclass: written once, here)
+        eps_low, eps_high = DEFAULT_EPS[self.algorithm]
+        dapo = self.algorithm == "dapo"
+        for name, value in (
+            ("eps_low", eps_low if self.eps_low is None else self.eps_low),
+            ("eps_high", eps_high if self.eps_high is None else self.eps_high),
+            ("dynamic_sampling", dapo if self.dynamic_sampling is None else self.dynamic_sampling),
+        ):
+            object.__setattr__(self, name, value)
+        if dapo and self.overlong_buffer_len is None:
+            object.__setattr__(self, "overlong_buffer_len", max(1, self.max_new_tokens // 4))
+        if not (0.0 <= self.eps_low < 1.0 and self.eps_high >= 0.0):
+            raise bad(
+                f"need 0 <= eps_low < 1 and eps_high >= 0, got {self.eps_low}, {self.eps_high}"
+            )
+        if self.loss_agg_mode not in LOSS_AGG_MODES:
+            raise bad(f"loss_agg_mode must be one of {LOSS_AGG_MODES}, got {self.loss_agg_mode!r}")
+        for name in (
+            "prompts_per_step",
+            "n_samples",
+            "max_new_tokens",
+            "steps",
+            "ppo_epochs",
+            "ppo_mini_batches",
+            "max_sample_rounds",
+            "block_size",
+            "keep_checkpoints",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise bad(f"{name} must be a positive integer, got {value!r}")
+        for name in ("eval_every", "checkpoint_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise bad(f"{name} must be a non-negative integer (0: never), got {value!r}")
+        max_new = get_preset(self.base.preset).max_position_embeddings - PROMPT_BUDGET
+        if self.max_new_tokens > max_new:
+            raise bad(f"max_new_tokens={self.max_new_tokens} exceeds this model's budget {max_new}")
+        if self.ppo_mini_batches > self.prompts_per_step * self.n_samples:
+            raise bad(
+                f"ppo_mini_batches={self.ppo_mini_batches} exceeds the batch of "
+                f"{self.prompts_per_step * self.n_samples} responses"
+            )
+        if not self.temperature > 0:
+            raise bad(f"temperature must be > 0, got {self.temperature}")
+        if not self.lr > 0 or self.weight_decay < 0 or not self.grad_clip > 0:
+            raise bad("need lr > 0, weight_decay >= 0, grad_clip > 0")
+        if not self.clip_ratio_c > 1.0:
+            raise bad(f"clip_ratio_c (dual clip) must be > 1, got {self.clip_ratio_c}")
+        if self.overlong_buffer_len is not None and not (
+            0 < self.overlong_buffer_len <= self.max_new_tokens
+        ):
+            raise bad(
+                f"overlong_buffer_len must lie in [1, max_new_tokens={self.max_new_tokens}], "
+                f"got {self.overlong_buffer_len}"
+            )
+        if self.old_logprob_source not in OLD_LOGPROB_SOURCES:
+            raise bad(
+                f"old_logprob_source must be one of {OLD_LOGPROB_SOURCES}, "
+                f"got {self.old_logprob_source!r}"
+            )
+        if self.old_logprob_source == "rollout" and self.tis:
+            raise bad(
+                "TIS with old_logprob_source='rollout' cannot take effect: pi_old is the "
+                "rollout's own policy, so every weight is 1 (verl's bypass mode). Set tis=False."
+            )
+        if not self.tis_threshold > 0:
+            raise bad(f"tis_threshold must be > 0, got {self.tis_threshold}")
+        if self.clipping not in CLIPPING_MODES:
+            raise bad(f"clipping must be one of {CLIPPING_MODES}, got {self.clipping!r}")
+        if self.clipping == "calibrated" and self.ppo_epochs * self.ppo_mini_batches < 2:
+            raise bad(
+                "calibrated clipping needs an off-policy mini-batch (ratios after at least one "
+                "update); with one epoch of one mini-batch every ratio is 1. Set "
+                "ppo_mini_batches >= 2 or ppo_epochs >= 2."
+            )
+        if self.eval_precision not in EVAL_PRECISIONS:
+            raise bad(f"eval_precision must be one of {EVAL_PRECISIONS}")
+        if self.eval.max_new_tokens > max_new:
+            raise bad(f"eval.max_new_tokens={self.eval.max_new_tokens} exceeds {max_new}")
+        try:
+            self.calibrator_config()
+            self.rollout_quant()
+        except ValueError as exc:
+            raise bad(str(exc)) from exc
+        self._check_block_size()
+
+    def _check_block_size(self) -> None:
+        blockwise_training = self.recipe == "blockwise"
+        rq = self.rollout_quant()
+        blockwise_rollout = rq is not None and (rq.weight_scale == "block" or rq.act == "group")
+        if not (blockwise_training or blockwise_rollout):
+            return
+        widths = dict(get_preset(self.base.preset).linear_widths())
+        if self.include_lm_head:
+            widths["lm_head (vocabulary)"] = VOCAB_SIZE_PADDED
+        bad = {k: v for k, v in widths.items() if v % self.block_size}
+        if bad:
+            raise ValueError(
+                f"TrainConfig: block_size={self.block_size} does not divide the linear widths "
+                f"{bad} of preset {self.base.preset!r}"
+            )
+
+    def calibrator_config(self) -> CalibratorConfig:
+        """The calibrator's config (``enabled`` only with ``clipping='calibrated'``)."""
+        return CalibratorConfig(
+            eps_low=float(self.eps_low),  # type: ignore[arg-type]
+            eps_high=float(self.eps_high),  # type: ignore[arg-type]
+            period=self.calib_period,
+            smoothing=self.calib_smoothing,
+            init_low=self.calib_init_low,
+            init_high=self.calib_init_high,
+            max_step=self.calib_max_step,
+            upper_rule=self.calib_upper_rule,
+            lower_only=self.calib_lower_only,
+            calibrate_at_start=self.calib_calibrate_at_start,
+            start_step=1,
+            enabled=self.clipping == "calibrated",
+        )
+
+    def rollout_quant(self) -> RolloutQuantConfig | None:
+        """The rollout engine's FP8 scheme, or None for a BF16 rollout."""
+        if self.rollout_weight_scale is None:
+            return None
+        return RolloutQuantConfig(
+            weight_scale=self.rollout_weight_scale,  # type: ignore[arg-type]
+            activation_scale=self.rollout_activation_scale,  # type: ignore[arg-type]
+            block_size=self.block_size,
+            include_lm_head=self.include_lm_head,
+        )
+
+    def correction(self) -> MismatchCorrection:
+        """Token-level TIS with ``C = tis_threshold``, or no correction."""
+        if not self.tis:
+            return MismatchCorrection()
+        return MismatchCorrection(rollout_is="token", rollout_is_threshold=self.tis_threshold)
+
+    @property
+    def max_seq_len(self) -> int:
+        return PROMPT_BUDGET + max(self.max_new_tokens, self.eval.max_new_tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, resolved values (the run store keys the run by these)."""
+        return {"backend": "tiny", **dataclasses.asdict(self)}
+
+
+@dataclass
+class TrainSummary:
+    """What :func:`train` returns."""
+
+    run_id: str
+    path: Path
+    decision: str
+    status: str
+    last_step: int | None
+    metrics: dict[str, float] = field(default_factory=dict)
+    eval: dict[str, float] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------
+# Pieces of the loop (each small; the loop below reads top to bottom)
+
+
+def _derived_seed(*parts: object) -> int:
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:7], "little")
+
+
+def _pad_rows(
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    logprobs: list[torch.Tensor],
+) -> tuple[torch.Tensor, ...]:
+    P, T = max(map(len, prompts)), max(max(map(len, responses)), 1)
+    B = len(prompts)
+    prompt_ids = torch.full((B, P), PAD_ID, dtype=torch.long)
+    prompt_valid = torch.zeros(B, P, dtype=torch.bool)
+    tokens = torch.full((B, T), PAD_ID, dtype=torch.long)
+    mask = torch.zeros(B, T, dtype=torch.bool)
+    lp = torch.zeros(B, T)
+    for i, (p, r, q) in enumerate(zip(prompts, responses, logprobs, strict=True)):
+        prompt_ids[i, P - len(p) :] = torch.tensor(p)
+        prompt_valid[i, P - len(p) :] = True
+        tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, : len(r)] = True
+        lp[i, : len(r)] = q
+    attn = torch.cat([prompt_valid, mask], 1)
+    position_ids = (attn.long().cumsum(1) - 1).clamp_(min=0)  # as fp8rl.tiny.sampler.score
+    return torch.cat([prompt_ids, tokens], 1), attn.long(), position_ids, P, tokens, mask, lp
+
+
+def token_log_probs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    prompt_width: int,
+    tokens: torch.Tensor,
+    temperature: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs of the response tokens and the token entropy, after temperature.
+
+    verl's ``logprobs_from_logits(logits / temperature)`` and ``entropy_from_logits``
+    (``logsumexp(z) - sum softmax(z) z``), FP32, one forward over prompt + response with the
+    same layout as :func:`fp8rl.tiny.sampler.score`. Gradients flow unless the caller
+    disables them. Returns ``(log_prob, entropy)``, each ``(B, T)``.
+    """
+    P, T = prompt_width, tokens.shape[1]
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+    ).logits
+    z = logits[:, P - 1 : P + T - 1].float() / temperature
+    logp_all = torch.log_softmax(z, -1)
+    log_prob = logp_all.gather(-1, tokens[..., None]).squeeze(-1)
+    entropy = torch.logsumexp(z, -1) - (logp_all.exp() * z).sum(-1)
+    return log_prob, entropy
+
+
+def _repeat_4gram_frac(text: str) -> float:
+    """Share of repeated character 4-grams (1 - distinct/total); 0 for short texts."""
+    grams = [text[i : i + 4] for i in range(len(text) - 3)]
+    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
+
+
+_SUM_KEYS = ("logratio_hist",)
+
+
+def _mean_metrics(per_minibatch: list[dict[str, float]]) -> dict[str, float]:
+    """Pool mini-batch metrics: histogram counts add, extremes take min/max, the rest
+    average (verl's convention for loss metrics)."""
+    out: dict[str, float] = {}
+    for key in per_minibatch[0]:
+        vals = [m[key] for m in per_minibatch]
+        if any(s in key for s in _SUM_KEYS):
+            out[key] = float(sum(vals))
+        elif key.endswith("ratio_min"):
+            out[key] = float(min(vals))
+        elif key.endswith("ratio_max"):
+            out[key] = float(max(vals))
+        else:
+            out[key] = float(sum(vals) / len(vals))
+    return out
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+# --------------------------------------------------------------------------------------
+# The trainer
+
+
+def train(
+    cfg: TrainConfig,
+    store: RunStore | str | Path,
+    experiment: str = "tiny",
+    *,
+    cache_dir: str | Path | None = None,
+    max_steps_this_call: int | None = None,
+    rerun_failed: bool = False,
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
+) -> TrainSummary:
+    """Run (or resume, or skip) the run of ``cfg`` in ``store`` under ``experiment``.
+
+    ``max_steps_this_call`` stops after that many steps, leaving the run ``pending`` (the
+    next call resumes it from its last checkpoint); ``cache_dir`` is the base-model cache
+    (``fp8rl.tiny.sft``); ``on_step(step, metrics)`` is called after each logged step
+    (progress bars).
+    """
+    if not isinstance(store, RunStore):
+        store = RunStore(store)
+    with store.open_run(experiment, cfg.to_dict(), rerun_failed=rerun_failed) as run:
+        if not run.should_run:
+            log.info("%r: nothing to do (%s)", run, run.decision.value)
+            return TrainSummary(
+                run.run_id, run.path, run.decision.value, run.status.get("status", ""), None
+            )
+        return train_run(
+            cfg,
+            run,
+            cache_dir=cache_dir,
+            max_steps_this_call=max_steps_this_call,
+            on_step=on_step,
+        )
+
+
+def train_run(
+    cfg: TrainConfig,
+    run: Run,
+    *,
+    cache_dir: str | Path | None = None,
+    max_steps_this_call: int | None = None,
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
+) -> TrainSummary:
+    """The training loop on an open, writable run (``start`` or ``resume``)."""
+    if not run.should_run:
+        raise ValueError(f"{run!r} is not to be run (decision {run.decision.value})")
+    # ---- setup: seed first, so start and resume build identically
+    _seed_everything(cfg.seed)
+    base = build_base_model(cfg.base, cache_dir)
+    tokenizer, model = base.tokenizer, base.model
+    recipe = get_recipe(cfg.recipe, block_size=cfg.block_size, include_lm_head=cfg.include_lm_head)
+    apply_fp8_training(model, recipe)  # precision is a model transform
+    model.train()
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, betas=(0.9, 0.999), weight_decay=cfg.weight_decay
+    )
+    calibrator = Calibrator(cfg.calibrator_config())
+    state = TrainState()
+    state.register("model", model)
+    state.register("optimizer", optimizer)
+    state.register("calibrator", calibrator)
+    state.register("rng", RngStreams())
+    start = 1
+    if run.decision is Decision.RESUME:
+        checkpoint = run.load_checkpoint()
+        state.load_state_dict(checkpoint.state)
+        start = checkpoint.step + 1
+        log.info("%r: resuming at step %d", run, start)
+    rollout_model = make_rollout_model(model, cfg.rollout_quant())
+    sampler = Sampler(rollout_model, eos_id=EOS_ID, pad_id=PAD_ID, max_seq_len=cfg.max_seq_len)
+    correction = cfg.correction()
+    eval_model = rollout_model if cfg.eval_precision == "rollout" else model
+
+    def run_eval(step: int) -> dict[str, float]:
+        result = evaluate(eval_model, tokenizer, cfg.eval, max_seq_len=cfg.max_seq_len)
+        run.log_eval(step, result.metrics)
+        model.train()
+        return result.metrics
+
+    last_eval: dict[str, float] = {}
+    if cfg.eval_every and start == 1:
+        last_eval = run_eval(0)  # the SFT base, as verl's val_before_train
+
+    end = (
+        cfg.steps
+        if max_steps_this_call is None
+        else min(cfg.steps, start - 1 + max_steps_this_call)
+    )
+    metrics: dict[str, float] = {}
+    step = start - 1
+    for step in range(start, end + 1):
+        t_step = time.perf_counter()
+        timing: dict[str, float] = {}
+
+        # ---- 1. rollout with the FP8/BF16 sampling copy; 2. rewards; DAPO's group filter
+        t0 = time.perf_counter()
+        rows: list[dict[str, Any]] = []
+        n_groups = n_rounds = 0
+        for round_ in range(cfg.max_sample_rounds if cfg.dynamic_sampling else 1):
+            n_rounds += 1
+            seed = _derived_seed(cfg.seed, step, round_)
+            problems = training_mix(cfg.prompts_per_step, seed)
+            prompts = [tokenizer.encode(p.prompt) for p in problems for _ in range(cfg.n_samples)]
+            batch = sampler.generate(
+                prompts, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed
+            )
+            new_rows = []
+            for i, prompt in enumerate(prompts):
+                problem = problems[i // cfg.n_samples]
+                n = int(batch.mask[i].sum())
+                response = batch.tokens[i, :n].tolist()
+                text = tokenizer.decode([t for t in response if t != EOS_ID])
+                acc = reward(text, problem.answer)
+                score = acc
+                if cfg.overlong_buffer_len is not None:  # DAPO's overlong shaping
+                    score += float(
+                        overlong_penalty(
+                            torch.tensor(n),
+                            cfg.max_new_tokens,
+                            cfg.overlong_buffer_len,
+                            cfg.overlong_penalty_factor,
+                        )
+                    )
+                new_rows.append(
+                    {
+                        "problem": problem,
+                        "group": f"{round_}-{i // cfg.n_samples}",
+                        "prompt": prompt,
+                        "response": response,
+                        "logprob": batch.logprobs[i, :n],
+                        "finished": bool(batch.finished[i]),
+                        "text": text,
+                        "acc": acc,
+                        "score": score,
+                    }
+                )
+            unfiltered = new_rows
+            if cfg.dynamic_sampling:  # keep groups whose scores differ (verl's filter_groups)
+                keep = dapo_keep_mask(
+                    [r["score"] for r in new_rows], [r["group"] for r in new_rows]
+                )
+                new_rows = [r for r, k in zip(new_rows, keep.tolist(), strict=True) if k]
+            rows += new_rows
+            n_groups = len(rows) // cfg.n_samples
+            if n_groups >= cfg.prompts_per_step:
+                break
+        if not rows:  # every group degenerate in every round: train on the last (A = 0)
+            log.warning("step %d: DAPO filter kept no group in %d rounds", step, n_rounds)
+            rows = unfiltered
+        rows = rows[: cfg.prompts_per_step * cfg.n_samples]
+        timing["timing_s/gen"] = time.perf_counter() - t0
+        input_ids, attn, position_ids, P, tokens, mask, rollout_lp = _pad_rows(
+            [r["prompt"] for r in rows], [r["response"] for r in rows], [r["logprob"] for r in rows]
+        )
+        B = len(rows)
+        scores = torch.tensor([r["score"] for r in rows])
+        lengths = mask.sum(1)
+
+        # ---- 3. advantages: GRPO over each prompt's group, broadcast to the response
+        token_rewards = torch.zeros(B, tokens.shape[1])
+        token_rewards[torch.arange(B), (lengths - 1).clamp(min=0)] = scores
+        advantages, _ = grpo_outcome_advantage(token_rewards, mask, [r["group"] for r in rows])
+
+        # ---- 4. old log-probs: the training model in its precision, before any update, over
+        # the update's own mini-batch partition (so r = 1 exactly on the first mini-batch);
+        # on calibration steps also the BF16 shadow forward of the same weights
+        t0 = time.perf_counter()
+        calibrating = calibrator.is_calibration_step(step)
+        minibatches = torch.arange(B).tensor_split(cfg.ppo_mini_batches)
+        inputs = (input_ids, attn, position_ids)
+        trainer_lp, entropy = torch.zeros(B, tokens.shape[1]), torch.zeros(B, tokens.shape[1])
+        old_lp_bf16 = torch.zeros(B, tokens.shape[1])
+        with torch.no_grad():
+            for idx in minibatches:
+                args = (*(x[idx] for x in inputs), P, tokens[idx], cfg.temperature)
+                trainer_lp[idx], entropy[idx] = token_log_probs(model, *args)
+                if calibrating:
+                    with high_precision(model):
+                        old_lp_bf16[idx] = token_log_probs(model, *args)[0]
+        old_lp = trainer_lp if cfg.old_logprob_source == "trainer" else rollout_lp
+        timing["timing_s/old_log_prob"] = time.perf_counter() - t0
+
+        # ---- 5. TIS weights w = min(pi_old / pi_rollout, C) (or only the mismatch metrics)
+        tis_weights, loss_mask, corr_metrics = compute_mismatch_correction(
+            trainer_lp, rollout_lp, mask, correction
+        )
+
+        # ---- 6. PPO: epochs x mini-batches, clipped with the bounds in force at this step
+        t0 = time.perf_counter()
+        clip_low, clip_high = calibrator.bounds_for_step(step)
+        cal_lp_fp8, cal_lp_bf16 = torch.zeros_like(old_lp), torch.zeros_like(old_lp)
+        cal_mask = torch.zeros_like(mask)
+        mb_metrics: list[dict[str, float]] = []
+        for epoch in range(cfg.ppo_epochs):
+            for j, idx in enumerate(minibatches):
+                args = (*(x[idx] for x in inputs), P, tokens[idx], cfg.temperature)
+                log_prob, _ = token_log_probs(model, *args)
+                loss, m = ppo_clip_loss(
+                    old_lp[idx],
+                    log_prob,
+                    advantages[idx],
+                    loss_mask[idx],
+                    cfg.loss_agg_mode,
+                    clip_low=clip_low,
+                    clip_high=clip_high,
+                    clip_ratio_c=cfg.clip_ratio_c,
+                    rollout_is_weights=None if tis_weights is None else tis_weights[idx],
+                )
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"step {step}: non-finite policy loss {loss.item()}")
+                # calibration tokens: each row at its last visit, if that came after an update
+                after_update = epoch > 0 or j > 0
+                if calibrating and epoch == cfg.ppo_epochs - 1 and after_update:
+                    with torch.no_grad(), high_precision(model):
+                        cal_lp_bf16[idx] = token_log_probs(model, *args)[0]
+                    cal_lp_fp8[idx] = log_prob.detach()
+                    cal_mask[idx] = loss_mask[idx].bool()
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                if not torch.isfinite(grad_norm):
+                    raise FloatingPointError(f"step {step}: non-finite grad norm {grad_norm}")
+                optimizer.step()
+                m["actor/pg_loss"] = float(loss.detach())
+                m["actor/grad_norm"] = float(grad_norm)
+                mb_metrics.append(m)
+        timing["timing_s/update_actor"] = time.perf_counter() - t0
+
+        # ---- 7. calibration: the four log-prob tensors of fp8rl.rl.calibration
+        calib_metrics: dict[str, float] = {}
+        if calibrating:
+            t0 = time.perf_counter()
+            calib_metrics = calibrator.update_from_log_probs(
+                step,
+                old_log_prob_bf16=old_lp_bf16,
+                log_prob_bf16=cal_lp_bf16,
+                old_log_prob_fp8=trainer_lp,
+                log_prob_fp8=cal_lp_fp8,
+                advantages=advantages,
+                mask=cal_mask,
+            )
+            timing["timing_s/calibration"] = time.perf_counter() - t0
+
+        # ---- 8. weight sync: re-quantise the rollout copy from the updated master
+        t0 = time.perf_counter()
+        sync_rollout_weights(rollout_model, model)
+        timing["timing_s/sync"] = time.perf_counter() - t0
+
+        # ---- 9. metrics (verl's names, then the harness's fp8rl/*), log, eval, checkpoint
+        resp_mask = mask.float()
+        adv_tokens = advantages[mask]
+        metrics = {
+            **_mean_metrics(mb_metrics),
+            "actor/entropy": float(agg_loss(entropy, mask, cfg.loss_agg_mode)),
+            "actor/lr": cfg.lr,
+            "critic/score/mean": float(scores.mean()),
+            "critic/score/max": float(scores.max()),
+            "critic/score/min": float(scores.min()),
+            "critic/rewards/mean": float(scores.mean()),
+            "critic/advantages/mean": float(adv_tokens.mean()),
+            "critic/advantages/max": float(adv_tokens.max()),
+            "critic/advantages/min": float(adv_tokens.min()),
+            "response_length/mean": float(lengths.float().mean()),
+            "response_length/max": float(lengths.max()),
+            "response_length/min": float(lengths.min()),
+            "response_length/clip_ratio": sum(not r["finished"] for r in rows) / B,
+            **corr_metrics,
+            "fp8rl/acc/mean": sum(r["acc"] for r in rows) / B,
+            "fp8rl/well_formed_frac": sum(is_well_formed(r["text"]) for r in rows) / B,
+            "fp8rl/repeat_4gram_frac": sum(_repeat_4gram_frac(r["text"]) for r in rows) / B,
+            "fp8rl/rollout_trainer_logprob_absdiff": float(
+                masked_mean((trainer_lp - rollout_lp).abs(), resp_mask)
+            ),
+            "fp8rl/batch/responses": float(B),
+            "fp8rl/batch/groups": float(B // cfg.n_samples),
+            "fp8rl/batch/sample_rounds": float(n_rounds),
+            "fp8rl/calib/is_calibration_step": float(calibrating),
+            **calib_metrics,
+            **weight_fp8_stats(model),
+        }
+        timing["timing_s/step"] = time.perf_counter() - t_step
+        metrics.update(timing)
+        run.log_metrics(step, metrics)
+        if on_step is not None:
+            on_step(step, metrics)
+        if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
+            last_eval = run_eval(step)
+        if (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step in (end, cfg.steps):
+            run.save_checkpoint(step, state.state_dict(), keep_last=cfg.keep_checkpoints)
+
+    if step >= cfg.steps:
+        run.mark("done")
+    return TrainSummary(
+        run.run_id,
+        run.path,
+        run.decision.value,
+        run.status.get("status", ""),
+        step if step >= start else None,
+        metrics,
+        last_eval,
+    )
