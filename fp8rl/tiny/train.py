@@ -200,21 +200,9 @@ class TrainConfig:
             raise bad("rollout_activation_scale is set but the rollout is BF16 (no FP8 scheme)")
         if self.algorithm not in ALGORITHMS:
             raise bad(f"unknown algorithm {self.algorithm!r}; expected one of {ALGORITHMS}")
-        # resolve algorithm defaults (frozen dataclass: written once, here)
-        eps_low, eps_high = DEFAULT_EPS[self.algorithm]
-        dapo = self.algorithm == "dapo"
-        for name, value in (
-            ("eps_low", eps_low if self.eps_low is None else self.eps_low),
-            ("eps_high", eps_high if self.eps_high is None else self.eps_high),
-            ("dynamic_sampling", dapo if self.dynamic_sampling is None else self.dynamic_sampling),
-        ):
-            object.__setattr__(self, name, value)
-        if dapo and self.overlong_buffer_len is None:
-            object.__setattr__(self, "overlong_buffer_len", max(1, self.max_new_tokens // 4))
-        if not (0.0 <= self.eps_low < 1.0 and self.eps_high >= 0.0):
-            raise bad(
-                f"need 0 <= eps_low < 1 and eps_high >= 0, got {self.eps_low}, {self.eps_high}"
-            )
+        eps_low, eps_high = self.clip_eps
+        if not (0.0 <= eps_low < 1.0 and eps_high >= 0.0):
+            raise bad(f"need 0 <= eps_low < 1 and eps_high >= 0, got {eps_low}, {eps_high}")
         if self.loss_agg_mode not in LOSS_AGG_MODES:
             raise bad(f"loss_agg_mode must be one of {LOSS_AGG_MODES}, got {self.loss_agg_mode!r}")
         for name in (
@@ -250,11 +238,11 @@ class TrainConfig:
         if not self.clip_ratio_c > 1.0:
             raise bad(f"clip_ratio_c (dual clip) must be > 1, got {self.clip_ratio_c}")
         if self.overlong_buffer_len is not None and not (
-            0 < self.overlong_buffer_len <= self.max_new_tokens
+            0 <= self.overlong_buffer_len <= self.max_new_tokens
         ):
             raise bad(
-                f"overlong_buffer_len must lie in [1, max_new_tokens={self.max_new_tokens}], "
-                f"got {self.overlong_buffer_len}"
+                f"overlong_buffer_len must lie in [0 (off), max_new_tokens={self.max_new_tokens}]"
+                f", got {self.overlong_buffer_len}"
             )
         if self.old_logprob_source not in OLD_LOGPROB_SOURCES:
             raise bad(
@@ -303,11 +291,36 @@ class TrainConfig:
                 f"{bad} of preset {self.base.preset!r}"
             )
 
+    @property
+    def clip_eps(self) -> tuple[float, float]:
+        """``(eps_low, eps_high)``, with the algorithm's defaults filled in."""
+        low, high = DEFAULT_EPS[self.algorithm]
+        return (
+            float(low if self.eps_low is None else self.eps_low),
+            float(high if self.eps_high is None else self.eps_high),
+        )
+
+    @property
+    def use_dynamic_sampling(self) -> bool:
+        """DAPO's group filter: ``dynamic_sampling``, default on for dapo only."""
+        if self.dynamic_sampling is None:
+            return self.algorithm == "dapo"
+        return bool(self.dynamic_sampling)
+
+    @property
+    def overlong_buffer(self) -> int | None:
+        """Overlong-shaping buffer in tokens, or None (off). Default: a quarter of
+        ``max_new_tokens`` for dapo, off for grpo; 0 turns it off."""
+        if self.overlong_buffer_len is None:
+            return max(1, self.max_new_tokens // 4) if self.algorithm == "dapo" else None
+        return self.overlong_buffer_len or None
+
     def calibrator_config(self) -> CalibratorConfig:
         """The calibrator's config (``enabled`` only with ``clipping='calibrated'``)."""
+        eps_low, eps_high = self.clip_eps
         return CalibratorConfig(
-            eps_low=float(self.eps_low),  # type: ignore[arg-type]
-            eps_high=float(self.eps_high),  # type: ignore[arg-type]
+            eps_low=eps_low,
+            eps_high=eps_high,
             period=self.calib_period,
             smoothing=self.calib_smoothing,
             init_low=self.calib_init_low,
@@ -342,8 +355,16 @@ class TrainConfig:
         return PROMPT_BUDGET + max(self.max_new_tokens, self.eval.max_new_tokens)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain, resolved values (the run store keys the run by these)."""
-        return {"backend": "tiny", **dataclasses.asdict(self)}
+        """Plain values with the algorithm defaults resolved (the run store keys the run by
+        these, so ``eps_low=None`` and the default it stands for are the same run)."""
+        eps_low, eps_high = self.clip_eps
+        resolved = {
+            "eps_low": eps_low,
+            "eps_high": eps_high,
+            "dynamic_sampling": self.use_dynamic_sampling,
+            "overlong_buffer_len": self.overlong_buffer or 0,
+        }
+        return {"backend": "tiny", **dataclasses.asdict(self), **resolved}
 
 
 @dataclass
@@ -551,7 +572,7 @@ def train_run(
         t0 = time.perf_counter()
         rows: list[dict[str, Any]] = []
         n_groups = n_rounds = 0
-        for round_ in range(cfg.max_sample_rounds if cfg.dynamic_sampling else 1):
+        for round_ in range(cfg.max_sample_rounds if cfg.use_dynamic_sampling else 1):
             n_rounds += 1
             seed = _derived_seed(cfg.seed, step, round_)
             problems = training_mix(cfg.prompts_per_step, seed)
@@ -567,12 +588,12 @@ def train_run(
                 text = tokenizer.decode([t for t in response if t != EOS_ID])
                 acc = reward(text, problem.answer)
                 score = acc
-                if cfg.overlong_buffer_len is not None:  # DAPO's overlong shaping
+                if cfg.overlong_buffer is not None:  # DAPO's overlong shaping
                     score += float(
                         overlong_penalty(
                             torch.tensor(n),
                             cfg.max_new_tokens,
-                            cfg.overlong_buffer_len,
+                            cfg.overlong_buffer,
                             cfg.overlong_penalty_factor,
                         )
                     )
@@ -590,7 +611,7 @@ def train_run(
                     }
                 )
             unfiltered = new_rows
-            if cfg.dynamic_sampling:  # keep groups whose scores differ (verl's filter_groups)
+            if cfg.use_dynamic_sampling:  # keep groups whose scores differ (verl's filter_groups)
                 keep = dapo_keep_mask(
                     [r["score"] for r in new_rows], [r["group"] for r in new_rows]
                 )
@@ -745,6 +766,8 @@ def train_run(
 
     if step >= cfg.steps:
         run.mark("done")
+    else:
+        run.mark("pending", f"stopped after step {step} (max_steps_this_call)")
     return TrainSummary(
         run.run_id,
         run.path,
