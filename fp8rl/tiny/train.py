@@ -366,6 +366,26 @@ class TrainConfig:
         }
         return {"backend": "tiny", **dataclasses.asdict(self), **resolved}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """Inverse of :meth:`to_dict` (and a way to build a config from YAML/JSON)."""
+        data = {k: v for k, v in data.items() if k != "backend"}
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"TrainConfig: unknown settings {unknown}")
+        if isinstance(data.get("base"), dict):
+            base = dict(data["base"])
+            if "difficulties" in base:
+                base["difficulties"] = tuple(base["difficulties"])
+            data["base"] = SFTConfig(**base)
+        if isinstance(data.get("eval"), dict):
+            ev = dict(data["eval"])
+            if "families" in ev:
+                ev["families"] = tuple(ev["families"])
+            data["eval"] = EvalConfig(**ev)
+        return cls(**data)
+
 
 @dataclass
 class TrainSummary:
@@ -376,6 +396,7 @@ class TrainSummary:
     decision: str
     status: str
     last_step: int | None
+    start_step: int | None = None  # first step this call trained (> 1 after a resume)
     metrics: dict[str, float] = field(default_factory=dict)
     eval: dict[str, float] = field(default_factory=dict)
 
@@ -774,6 +795,7 @@ def train_run(
         run.decision.value,
         run.status.get("status", ""),
         step if step >= start else None,
+        start,
         metrics,
         last_eval,
     )

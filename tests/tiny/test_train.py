@@ -221,3 +221,75 @@ def test_invalid_configs_fail_before_compute(changes, message) -> None:
 def test_calibrated_clipping_with_identical_precisions_is_allowed() -> None:
     cfg = dataclasses.replace(QUICK, recipe="bf16", clipping="calibrated")
     assert cfg.calibrator_config().enabled
+
+
+def test_config_round_trips_through_a_plain_dict() -> None:
+    cfg = dataclasses.replace(QUICK, algorithm="dapo", eps_high=None)
+    again = TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert again.to_dict() == cfg.to_dict()
+    with pytest.raises(ValueError, match="unknown settings"):
+        TrainConfig.from_dict({"learning_rate": 1.0})
+
+
+KILLER = """
+import json, os, signal, sys
+import torch
+torch.set_num_threads(1)
+from fp8rl.runs import RunStore
+from fp8rl.tiny.train import TrainConfig, train
+cfg = TrainConfig.from_dict(json.loads(sys.argv[1]))
+def on_step(step, metrics):
+    if step == 2:  # logged, not yet checkpointed: the resume must cut this line
+        os.kill(os.getpid(), signal.SIGKILL)
+train(cfg, RunStore(sys.argv[2]), "test", cache_dir=sys.argv[3], on_step=on_step)
+"""
+
+
+def test_killed_run_resumes_to_identical_metrics(tmp_path, cache) -> None:
+    import os
+    import subprocess
+    import sys
+
+    cfg = dataclasses.replace(
+        QUICK, recipe="tensorwise", rollout_weight_scale="tensor", steps=3, checkpoint_every=1
+    )
+    whole = train(cfg, RunStore(tmp_path / "whole"), "test", cache_dir=cache)
+    store = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2])])}
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLER, json.dumps(cfg.to_dict()), str(store), str(cache)],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    resumed = train(cfg, RunStore(store), "test", cache_dir=cache)
+    assert resumed.decision == "resume" and resumed.status == "done"
+    assert resumed.start_step == 2  # resumed from the step-1 checkpoint, step 2 redone
+    attempts = json.loads((resumed.path / "provenance.json").read_text())["previous_attempts"]
+    assert len(attempts) == 1
+    assert rows(resumed.path) == rows(whole.path)
+
+
+def test_a_non_finite_loss_fails_the_run_and_keeps_the_last_checkpoint(
+    tmp_path, cache, monkeypatch
+) -> None:
+    import fp8rl.tiny.train as trainer
+
+    calls = []
+    real = trainer.ppo_clip_loss
+
+    def poisoned(*args, **kwargs):
+        loss, metrics = real(*args, **kwargs)
+        calls.append(1)
+        return (loss * float("nan") if len(calls) > 2 else loss), metrics  # step 2 breaks
+
+    monkeypatch.setattr(trainer, "ppo_clip_loss", poisoned)
+    cfg = dataclasses.replace(QUICK, steps=3, checkpoint_every=1)
+    store = RunStore(tmp_path / "runs")
+    with pytest.raises(FloatingPointError, match="step 2: non-finite policy loss"):
+        train(cfg, store, "test", cache_dir=cache)
+    info = store.list_runs("test")[0]
+    assert info.status == "failed" and "non-finite" in info.reason
+    assert [r["step"] for r in rows(info.path)] == [1]
+    assert sorted(p.name for p in (info.path / "checkpoints").iterdir()) == ["step_00000001.pt"]
