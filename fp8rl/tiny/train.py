@@ -74,9 +74,12 @@ __all__ = [
     "ALGORITHMS",
     "CLIPPING_MODES",
     "OLD_LOGPROB_SOURCES",
+    "POSITION_BUCKETS",
+    "PROB_BUCKETS",
     "TRAIN_RECIPES",
     "TrainConfig",
     "TrainSummary",
+    "logratio_breakdown",
     "token_log_probs",
     "train",
     "train_run",
@@ -466,6 +469,42 @@ def _repeat_4gram_frac(text: str) -> float:
     return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
 
 
+#: Buckets of the log-ratio breakdown: pi_old probability of the token, position in the
+#: response. Low-probability tokens carry most of the FP8 noise (DESIGN.md).
+PROB_BUCKETS = (("p_lt_0.1", 0.0, 0.1), ("p_0.1_0.5", 0.1, 0.5), ("p_ge_0.5", 0.5, 1.01))
+POSITION_BUCKETS = (("pos_0_8", 0, 8), ("pos_8_32", 8, 32), ("pos_ge_32", 32, 1 << 30))
+
+
+def logratio_breakdown(
+    log_ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    mask: torch.Tensor,
+) -> dict[str, float]:
+    """Mean, std and count of ``log r`` split by advantage sign, and within each sign by
+    pi_old token probability (:data:`PROB_BUCKETS`) and by response position
+    (:data:`POSITION_BUCKETS`): ``fp8rl/logratio/<negadv|posadv>[/<bucket>]/<mean|std|n>``.
+    Empty cells report mean 0, std 0, n 0."""
+    m = mask.bool()
+    prob = old_log_prob.detach().exp()
+    position = torch.arange(log_ratio.shape[1])[None, :].expand_as(log_ratio)
+    cells: list[tuple[str, torch.Tensor]] = []
+    for sign, sel in (("negadv", advantages < 0), ("posadv", advantages > 0)):
+        base = m & sel
+        cells.append((sign, base))
+        for name, lo, hi in PROB_BUCKETS:
+            cells.append((f"{sign}/{name}", base & (prob >= lo) & (prob < hi)))
+        for name, lo, hi in POSITION_BUCKETS:
+            cells.append((f"{sign}/{name}", base & (position >= lo) & (position < hi)))
+    out: dict[str, float] = {}
+    for name, sel in cells:
+        x = log_ratio.detach()[sel].double()
+        out[f"fp8rl/logratio/{name}/mean"] = float(x.mean()) if x.numel() else 0.0
+        out[f"fp8rl/logratio/{name}/std"] = float(x.std()) if x.numel() > 1 else 0.0
+        out[f"fp8rl/logratio/{name}/n"] = float(x.numel())
+    return out
+
+
 _SUM_KEYS = ("logratio_hist",)
 
 
@@ -687,6 +726,9 @@ def train_run(
         clip_low, clip_high = calibrator.bounds_for_step(step)
         cal_lp_fp8, cal_lp_bf16 = torch.zeros_like(old_lp), torch.zeros_like(old_lp)
         cal_mask = torch.zeros_like(mask)
+        # log r of each row at its last visit, for the breakdown; with recomputed old
+        # log-probs rows never visited after an update (r = 1 by construction) are left out
+        last_log_ratio, last_mask = torch.zeros_like(old_lp), torch.zeros_like(mask)
         mb_metrics: list[dict[str, float]] = []
         for epoch in range(cfg.ppo_epochs):
             for j, idx in enumerate(minibatches):
@@ -705,8 +747,12 @@ def train_run(
                 )
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"step {step}: non-finite policy loss {loss.item()}")
-                # calibration tokens: each row at its last visit, if that came after an update
                 after_update = epoch > 0 or j > 0
+                last_log_ratio[idx] = log_prob.detach() - old_lp[idx]
+                last_mask[idx] = loss_mask[idx].bool() & (
+                    after_update or cfg.old_logprob_source == "rollout"
+                )
+                # calibration tokens: each row at its last visit, if that came after an update
                 if calibrating and epoch == cfg.ppo_epochs - 1 and after_update:
                     with torch.no_grad(), high_precision(model):
                         cal_lp_bf16[idx] = token_log_probs(model, *args)[0]
@@ -772,6 +818,7 @@ def train_run(
             "fp8rl/batch/groups": float(B // cfg.n_samples),
             "fp8rl/batch/sample_rounds": float(n_rounds),
             "fp8rl/calib/is_calibration_step": float(calibrating),
+            **logratio_breakdown(last_log_ratio, advantages, old_lp, last_mask),
             **calib_metrics,
             **weight_fp8_stats(model),
         }

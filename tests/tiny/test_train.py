@@ -56,6 +56,7 @@ REQUIRED = (
     "fp8rl/logratio_hist_negadv/total",
     "fp8rl/well_formed_frac",
     "fp8rl/repeat_4gram_frac",
+    "fp8rl/logratio/negadv/p_lt_0.1/std",
     "timing_s/step",
 )
 
@@ -293,3 +294,20 @@ def test_a_non_finite_loss_fails_the_run_and_keeps_the_last_checkpoint(
     assert info.status == "failed" and "non-finite" in info.reason
     assert [r["step"] for r in rows(info.path)] == [1]
     assert sorted(p.name for p in (info.path / "checkpoints").iterdir()) == ["step_00000001.pt"]
+
+
+def test_logratio_breakdown_splits_by_sign_probability_and_position() -> None:
+    from fp8rl.tiny.train import logratio_breakdown
+
+    log_ratio = torch.tensor([[0.1, -0.2, 0.3], [0.5, 0.0, 0.0]])
+    adv = torch.tensor([[-1.0, -1.0, -1.0], [2.0, 2.0, 2.0]])
+    old = torch.log(torch.tensor([[0.05, 0.3, 0.9], [0.9, 0.9, 0.9]]))
+    mask = torch.tensor([[True, True, True], [True, False, False]])
+    out = logratio_breakdown(log_ratio, adv, old, mask)
+    assert out["fp8rl/logratio/negadv/n"] == 3
+    assert out["fp8rl/logratio/negadv/mean"] == pytest.approx(0.2 / 3)
+    assert out["fp8rl/logratio/negadv/p_lt_0.1/mean"] == pytest.approx(0.1)
+    assert out["fp8rl/logratio/negadv/p_0.1_0.5/mean"] == pytest.approx(-0.2)
+    assert out["fp8rl/logratio/posadv/n"] == 1 and out["fp8rl/logratio/posadv/std"] == 0.0
+    assert out["fp8rl/logratio/posadv/pos_0_8/mean"] == pytest.approx(0.5)
+    assert out["fp8rl/logratio/posadv/pos_8_32/n"] == 0
