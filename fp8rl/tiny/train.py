@@ -706,15 +706,18 @@ def train_run(
         inputs = (input_ids, attn, position_ids)
         trainer_lp, entropy = torch.zeros(B, tokens.shape[1]), torch.zeros(B, tokens.shape[1])
         old_lp_bf16 = torch.zeros(B, tokens.shape[1])
+        shadow_s = 0.0  # time in BF16 shadow forwards, reported as calibration time
         with torch.no_grad():
             for idx in minibatches:
                 args = (*(x[idx] for x in inputs), P, tokens[idx], cfg.temperature)
                 trainer_lp[idx], entropy[idx] = token_log_probs(model, *args)
                 if calibrating:
+                    t1 = time.perf_counter()
                     with high_precision(model):
                         old_lp_bf16[idx] = token_log_probs(model, *args)[0]
+                    shadow_s += time.perf_counter() - t1
         old_lp = trainer_lp if cfg.old_logprob_source == "trainer" else rollout_lp
-        timing["timing_s/old_log_prob"] = time.perf_counter() - t0
+        timing["timing_s/old_log_prob"] = time.perf_counter() - t0 - shadow_s
 
         # ---- 5. TIS weights w = min(pi_old / pi_rollout, C) (or only the mismatch metrics)
         tis_weights, loss_mask, corr_metrics = compute_mismatch_correction(
@@ -722,7 +725,7 @@ def train_run(
         )
 
         # ---- 6. PPO: epochs x mini-batches, clipped with the bounds in force at this step
-        t0 = time.perf_counter()
+        t0, shadow_before = time.perf_counter(), shadow_s
         clip_low, clip_high = calibrator.bounds_for_step(step)
         cal_lp_fp8, cal_lp_bf16 = torch.zeros_like(old_lp), torch.zeros_like(old_lp)
         cal_mask = torch.zeros_like(mask)
@@ -754,8 +757,10 @@ def train_run(
                 )
                 # calibration tokens: each row at its last visit, if that came after an update
                 if calibrating and epoch == cfg.ppo_epochs - 1 and after_update:
+                    t1 = time.perf_counter()
                     with torch.no_grad(), high_precision(model):
                         cal_lp_bf16[idx] = token_log_probs(model, *args)[0]
+                    shadow_s += time.perf_counter() - t1
                     cal_lp_fp8[idx] = log_prob.detach()
                     cal_mask[idx] = loss_mask[idx].bool()
                 optimizer.zero_grad(set_to_none=True)
@@ -767,7 +772,7 @@ def train_run(
                 m["actor/pg_loss"] = float(loss.detach())
                 m["actor/grad_norm"] = float(grad_norm)
                 mb_metrics.append(m)
-        timing["timing_s/update_actor"] = time.perf_counter() - t0
+        timing["timing_s/update_actor"] = time.perf_counter() - t0 - (shadow_s - shadow_before)
 
         # ---- 7. calibration: the four log-prob tensors of fp8rl.rl.calibration
         calib_metrics: dict[str, float] = {}
@@ -782,7 +787,8 @@ def train_run(
                 advantages=advantages,
                 mask=cal_mask,
             )
-            timing["timing_s/calibration"] = time.perf_counter() - t0
+            # the calibrator itself plus the two BF16 shadow forwards
+            timing["timing_s/calibration"] = time.perf_counter() - t0 + shadow_s
 
         # ---- 8. weight sync: re-quantise the rollout copy from the updated master
         t0 = time.perf_counter()
