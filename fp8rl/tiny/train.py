@@ -66,7 +66,7 @@ from fp8rl.runs import Decision, RngStreams, Run, RunStore, TrainState
 from fp8rl.tiny.evaluate import EvalConfig, evaluate
 from fp8rl.tiny.model import get_preset
 from fp8rl.tiny.sampler import Sampler
-from fp8rl.tiny.sft import SFTConfig, build_base_model
+from fp8rl.tiny.sft import SFTConfig, build_base_model, encode_problem
 from fp8rl.tiny.tasks import training_mix
 from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID, VOCAB_SIZE_PADDED
 
@@ -138,6 +138,10 @@ class TrainConfig:
     Schedule:
         steps (numbered 1..steps, as verl), eval_every (0 = never; also evaluates before
         the first step), checkpoint_every (the last step is always checkpointed).
+    Health:
+        probe_size: problems in the fixed probe batch (reference solutions, teacher-forced)
+            scored after every weight sync with the rollout copy and with the master
+            weights in BF16; the gap is ``fp8rl/health/probe_*``. 0 = off.
     """
 
     base: SFTConfig = field(default_factory=SFTConfig)
@@ -182,6 +186,7 @@ class TrainConfig:
     eval_precision: str = "rollout"
     checkpoint_every: int = 5
     keep_checkpoints: int = 2
+    probe_size: int = 8
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -222,7 +227,7 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise bad(f"{name} must be a positive integer, got {value!r}")
-        for name in ("eval_every", "checkpoint_every"):
+        for name in ("eval_every", "checkpoint_every", "probe_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise bad(f"{name} must be a non-negative integer (0: never), got {value!r}")
@@ -605,6 +610,18 @@ def train_run(
     rollout_model = make_rollout_model(model, cfg.rollout_quant())
     sampler = Sampler(rollout_model, eos_id=EOS_ID, pad_id=PAD_ID, max_seq_len=cfg.max_seq_len)
     correction = cfg.correction()
+    # the health probe: fixed problems with their reference solutions (never trained on)
+    probe = training_mix(cfg.probe_size, _derived_seed(cfg.seed, "probe"))
+    probe_pairs = [encode_problem(tokenizer, p) for p in probe]
+    probe_inputs = (
+        _pad_rows(
+            [p for p, _ in probe_pairs],
+            [r for _, r in probe_pairs],
+            [torch.zeros(len(r)) for _, r in probe_pairs],
+        )
+        if probe_pairs
+        else None
+    )
     eval_model = rollout_model if cfg.eval_precision == "rollout" else model
 
     def run_eval(step: int) -> dict[str, float]:
@@ -702,7 +719,7 @@ def train_run(
         # on calibration steps also the BF16 shadow forward of the same weights
         t0 = time.perf_counter()
         calibrating = calibrator.is_calibration_step(step)
-        minibatches = torch.arange(B).tensor_split(cfg.ppo_mini_batches)
+        minibatches = [i for i in torch.arange(B).tensor_split(cfg.ppo_mini_batches) if i.numel()]
         inputs = (input_ids, attn, position_ids)
         trainer_lp, entropy = torch.zeros(B, tokens.shape[1]), torch.zeros(B, tokens.shape[1])
         old_lp_bf16 = torch.zeros(B, tokens.shape[1])
@@ -793,6 +810,19 @@ def train_run(
         # ---- 8. weight sync: re-quantise the rollout copy from the updated master
         t0 = time.perf_counter()
         sync_rollout_weights(rollout_model, model)
+        health: dict[str, float] = {}
+        if probe_inputs is not None:  # a broken re-quantisation shows here at once
+            *pinputs, pP, ptokens, pmask, _ = probe_inputs
+            with torch.no_grad():
+                lp_rollout = token_log_probs(rollout_model, *pinputs, pP, ptokens, 1.0)[0]
+                with high_precision(model):
+                    lp_master = token_log_probs(model, *pinputs, pP, ptokens, 1.0)[0]
+            gap = (lp_rollout - lp_master)[pmask].abs()
+            health = {
+                "fp8rl/health/probe_logprob_absdiff_mean": float(gap.mean()),
+                "fp8rl/health/probe_logprob_absdiff_max": float(gap.max()),
+                "fp8rl/health/probe_logprob_master": float(lp_master[pmask].mean()),
+            }
         timing["timing_s/sync"] = time.perf_counter() - t0
 
         # ---- 9. metrics (verl's names, then the harness's fp8rl/*), log, eval, checkpoint
@@ -826,6 +856,7 @@ def train_run(
             "fp8rl/calib/is_calibration_step": float(calibrating),
             **logratio_breakdown(last_log_ratio, advantages, old_lp, last_mask),
             **calib_metrics,
+            **health,
             **weight_fp8_stats(model),
         }
         timing["timing_s/step"] = time.perf_counter() - t_step

@@ -57,6 +57,7 @@ REQUIRED = (
     "fp8rl/well_formed_frac",
     "fp8rl/repeat_4gram_frac",
     "fp8rl/logratio/negadv/p_lt_0.1/std",
+    "fp8rl/health/probe_logprob_absdiff_mean",
     "timing_s/step",
 )
 
@@ -138,6 +139,8 @@ def test_fp8_rollout_with_bf16_training_runs_and_tis_acts(tmp_path, cache) -> No
     # the FP8 rollout disagrees with the BF16 trainer far more than a BF16 rollout does
     gap = "fp8rl/rollout_trainer_logprob_absdiff"
     assert on[0][gap] > 3 * bf16[0][gap]
+    probe = "fp8rl/health/probe_logprob_absdiff_mean"  # rollout copy vs master, after sync
+    assert on[0][probe] > 3 * bf16[0][probe] > 0
     assert "rollout_corr/rollout_is_mean" in on[0] and "rollout_corr/rollout_is_mean" not in off[0]
     # same rollout and old log-probs at step 1; the TIS weights change the loss
     assert on[0]["critic/score/mean"] == off[0]["critic/score/mean"]
@@ -164,7 +167,7 @@ def test_dapo_runs_with_its_defaults(tmp_path, cache) -> None:
     cfg = dataclasses.replace(QUICK, algorithm="dapo", eps_low=None, eps_high=None)
     assert cfg.clip_eps == (0.2, 0.28) and cfg.use_dynamic_sampling
     assert cfg.to_dict()["eps_high"] == 0.28
-    summary = run(tmp_path, cache, algorithm="dapo", eps_low=None, eps_high=None)
+    summary = run(tmp_path, cache, algorithm="dapo", eps_low=None, eps_high=None, probe_size=0)
     log = rows(summary.path)
     assert summary.status == "done" and len(log) == 2
     assert all(r["fp8rl/batch/groups"] <= 4 for r in log)
@@ -225,7 +228,7 @@ def test_calibrated_clipping_with_identical_precisions_is_allowed() -> None:
 
 
 def test_config_round_trips_through_a_plain_dict() -> None:
-    cfg = dataclasses.replace(QUICK, algorithm="dapo", eps_high=None)
+    cfg = dataclasses.replace(QUICK, algorithm="dapo", eps_high=None, probe_size=0)
     again = TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
     assert again.to_dict() == cfg.to_dict()
     with pytest.raises(ValueError, match="unknown settings"):
