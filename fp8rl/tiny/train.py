@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -62,7 +63,7 @@ from fp8rl.rl import (
     overlong_penalty,
     ppo_clip_loss,
 )
-from fp8rl.runs import Decision, RngStreams, Run, RunStore, TrainState
+from fp8rl.runs import Decision, RngStreams, Run, RunStore, TrainState, atomic_write_json
 from fp8rl.tiny.evaluate import EvalConfig, evaluate
 from fp8rl.tiny.model import get_preset
 from fp8rl.tiny.sampler import Sampler
@@ -80,6 +81,7 @@ __all__ = [
     "TrainConfig",
     "TrainSummary",
     "logratio_breakdown",
+    "sample_dump",
     "token_log_probs",
     "train",
     "train_run",
@@ -142,6 +144,8 @@ class TrainConfig:
         probe_size: problems in the fixed probe batch (reference solutions, teacher-forced)
             scored after every weight sync with the rollout copy and with the master
             weights in BF16; the gap is ``fp8rl/health/probe_*``. 0 = off.
+        dump_samples_every, dump_samples: every this many steps (0 = never) write the first
+            ``dump_samples`` responses token by token to ``samples/step_<8 digits>.json``.
     """
 
     base: SFTConfig = field(default_factory=SFTConfig)
@@ -187,6 +191,8 @@ class TrainConfig:
     checkpoint_every: int = 5
     keep_checkpoints: int = 2
     probe_size: int = 8
+    dump_samples_every: int = 0
+    dump_samples: int = 4
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -222,12 +228,13 @@ class TrainConfig:
             "ppo_mini_batches",
             "max_sample_rounds",
             "block_size",
+            "dump_samples",
             "keep_checkpoints",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise bad(f"{name} must be a positive integer, got {value!r}")
-        for name in ("eval_every", "checkpoint_every", "probe_size"):
+        for name in ("eval_every", "checkpoint_every", "probe_size", "dump_samples_every"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise bad(f"{name} must be a non-negative integer (0: never), got {value!r}")
@@ -466,6 +473,55 @@ def token_log_probs(
     log_prob = logp_all.gather(-1, tokens[..., None]).squeeze(-1)
     entropy = torch.logsumexp(z, -1) - (logp_all.exp() * z).sum(-1)
     return log_prob, entropy
+
+
+def sample_dump(
+    tokenizer: Any,
+    rows: list[dict[str, Any]],
+    tokens: torch.Tensor,
+    mask: torch.Tensor,
+    rollout_log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    log_ratio: torch.Tensor,
+    entropy: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+) -> list[dict[str, Any]]:
+    """Responses token by token: the token, rollout and trainer (old) log-probs, the ratio
+    at the row's last PPO visit, entropy, advantage, and whether PPO clipped its gradient
+    (``A < 0`` and ``r < L``, or ``A > 0`` and ``r > H``)."""
+    out = []
+    for i, row in enumerate(rows):
+        n = int(mask[i].sum())
+        per_token = []
+        for t in range(n):
+            ratio, adv = math.exp(float(log_ratio[i, t])), float(advantages[i, t])
+            per_token.append(
+                {
+                    "token": tokenizer.decode([int(tokens[i, t])]),
+                    "rollout_log_prob": float(rollout_log_prob[i, t]),
+                    "old_log_prob": float(old_log_prob[i, t]),
+                    "ratio": ratio,
+                    "entropy": float(entropy[i, t]),
+                    "advantage": adv,
+                    "clipped": (adv < 0 and ratio < clip_low) or (adv > 0 and ratio > clip_high),
+                }
+            )
+        problem = row["problem"]
+        out.append(
+            {
+                "id": problem.id,
+                "question": problem.question,
+                "answer": problem.answer,
+                "response": row["text"],
+                "score": row["score"],
+                "correct": row["acc"] == 1.0,
+                "finished": row["finished"],
+                "tokens": per_token,
+            }
+        )
+    return out
 
 
 def _repeat_4gram_frac(text: str) -> float:
@@ -864,6 +920,20 @@ def train_run(
         run.log_metrics(step, metrics)
         if on_step is not None:
             on_step(step, metrics)
+        if cfg.dump_samples_every and step % cfg.dump_samples_every == 0:
+            k = min(cfg.dump_samples, B)
+            dump = sample_dump(
+                tokenizer,
+                rows[:k],
+                *(x[:k] for x in (tokens, mask, rollout_lp, old_lp, last_log_ratio, entropy)),
+                advantages[:k],
+                clip_low,
+                clip_high,
+            )
+            run.samples_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(
+                run.samples_dir / f"step_{step:08d}.json", {"step": step, "samples": dump}
+            )
         if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
             last_eval = run_eval(step)
         if (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step in (end, cfg.steps):

@@ -149,8 +149,16 @@ def test_fp8_rollout_with_bf16_training_runs_and_tis_acts(tmp_path, cache) -> No
 
 
 def test_calibrated_clipping_moves_the_bounds_from_the_next_step(tmp_path, cache) -> None:
-    log = rows(run(tmp_path, cache, recipe="blockwise", clipping="calibrated", calib_period=1).path)
-    first, second = log
+    summary = run(
+        tmp_path,
+        cache,
+        recipe="blockwise",
+        clipping="calibrated",
+        calib_period=1,
+        dump_samples_every=2,
+        dump_samples=3,
+    )
+    first, second = rows(summary.path)
     assert first["fp8rl/calib/is_calibration_step"] == 1.0
     assert (first["fp8rl/clip_low"], first["fp8rl/clip_high"]) == pytest.approx((0.98, 1.02))
     assert "fp8rl/calib/logratio_gap_std" in first
@@ -158,6 +166,19 @@ def test_calibrated_clipping_moves_the_bounds_from_the_next_step(tmp_path, cache
     new = (first["fp8rl/calib/new_clip_low"], first["fp8rl/calib/new_clip_high"])
     assert new != pytest.approx((0.98, 1.02))
     assert (second["fp8rl/clip_low"], second["fp8rl/clip_high"]) == new
+    # the token-level dump of step 2 clips with step 2's (calibrated) bounds
+    assert sorted(p.name for p in (summary.path / "samples").iterdir()) == ["step_00000002.json"]
+    dump = json.loads((summary.path / "samples" / "step_00000002.json").read_text())
+    assert len(dump["samples"]) == 3
+    tok = dump["samples"][0]["tokens"][-1]
+    assert set(tok) >= {"token", "rollout_log_prob", "old_log_prob", "ratio", "advantage"}
+    clipped = [t["clipped"] for s in dump["samples"] for t in s["tokens"]]
+    expected = [
+        (t["advantage"] < 0 and t["ratio"] < new[0]) or (t["advantage"] > 0 and t["ratio"] > new[1])
+        for s in dump["samples"]
+        for t in s["tokens"]
+    ]
+    assert clipped == expected
     standard = rows(run(tmp_path / "std", cache, recipe="blockwise").path)
     assert "fp8rl/calib/new_clip_low" not in standard[0]
     assert standard[1]["fp8rl/clip_low"] == pytest.approx(0.98)
