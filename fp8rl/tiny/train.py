@@ -25,6 +25,7 @@ Two choices worth knowing when reading numbers:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import logging
@@ -59,6 +60,7 @@ from fp8rl.rl import (
     compute_mismatch_correction,
     dapo_keep_mask,
     grpo_outcome_advantage,
+    kl_to_reference_loss,
     masked_mean,
     overlong_penalty,
     ppo_clip_loss,
@@ -95,6 +97,7 @@ ROLLOUT_WEIGHT_SCALES = ("tensor", "channel", "block")
 OLD_LOGPROB_SOURCES = ("trainer", "rollout")
 CLIPPING_MODES = ("standard", "calibrated")
 EVAL_PRECISIONS = ("rollout", "training")
+KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "k1+", "k3+", "low_var_kl+")
 
 #: Prompt positions reserved in the sampler's sequence budget (prompts are <= 52 chars).
 PROMPT_BUDGET = 64
@@ -134,6 +137,10 @@ class TrainConfig:
         old_logprob_source: ``trainer`` (recompute in training precision, verl's
             default) or ``rollout`` (the rollout engine's log-probs, verl's bypass mode).
         tis, tis_threshold: token-level TIS, ``w = min(pi_old / pi_rollout, C)``.
+        kl_coef, kl_type, ref_recipe: GRPO's optional KL-to-reference loss term (verl's
+            ``use_kl_loss``, ``kl_loss_coef``, ``kl_loss_type``; 0 = off, DAPO's default).
+            The reference is the frozen SFT base in ``ref_recipe`` precision (None: the
+            training recipe).
     Clipping:
         clipping: ``standard`` or ``calibrated`` (Calibrated Clipping; ``calib_*`` are the
             ``CalibratorConfig`` fields of the same names).
@@ -174,6 +181,9 @@ class TrainConfig:
     ppo_epochs: int = 1
     ppo_mini_batches: int = 2
     old_logprob_source: str = "trainer"
+    kl_coef: float = 0.0
+    kl_type: str = "low_var_kl"
+    ref_recipe: str | None = None
     tis: bool = True
     tis_threshold: float = 2.0
     clipping: str = "standard"
@@ -269,6 +279,12 @@ class TrainConfig:
                 "TIS with old_logprob_source='rollout' cannot take effect: pi_old is the "
                 "rollout's own policy, so every weight is 1 (verl's bypass mode). Set tis=False."
             )
+        if self.kl_coef < 0:
+            raise bad(f"kl_coef must be >= 0, got {self.kl_coef}")
+        if self.kl_type not in KL_TYPES:
+            raise bad(f"kl_type must be one of {KL_TYPES}, got {self.kl_type!r}")
+        if self.ref_recipe is not None and self.ref_recipe not in TRAIN_RECIPES:
+            raise bad(f"unknown ref_recipe {self.ref_recipe!r}; expected one of {TRAIN_RECIPES}")
         if not self.tis_threshold > 0:
             raise bad(f"tis_threshold must be > 0, got {self.tis_threshold}")
         if self.clipping not in CLIPPING_MODES:
@@ -291,7 +307,7 @@ class TrainConfig:
         self._check_block_size()
 
     def _check_block_size(self) -> None:
-        blockwise_training = self.recipe == "blockwise"
+        blockwise_training = "blockwise" in (self.recipe, self.ref_recipe if self.kl_coef else None)
         rq = self.rollout_quant()
         blockwise_rollout = rq is not None and (rq.weight_scale == "block" or rq.act == "group")
         if not (blockwise_training or blockwise_rollout):
@@ -586,6 +602,10 @@ def _mean_metrics(per_minibatch: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
+def recipe_kwargs(cfg: TrainConfig) -> dict[str, Any]:
+    return {"block_size": cfg.block_size, "include_lm_head": cfg.include_lm_head}
+
+
 def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -645,7 +665,12 @@ def train_run(
     _seed_everything(cfg.seed)
     base = build_base_model(cfg.base, cache_dir)
     tokenizer, model = base.tokenizer, base.model
-    recipe = get_recipe(cfg.recipe, block_size=cfg.block_size, include_lm_head=cfg.include_lm_head)
+    ref_model = None
+    if cfg.kl_coef:  # the frozen SFT base, in its own precision
+        ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        ref_name = cfg.ref_recipe or cfg.recipe
+        apply_fp8_training(ref_model, get_recipe(ref_name, **recipe_kwargs(cfg)))
+    recipe = get_recipe(cfg.recipe, **recipe_kwargs(cfg))
     apply_fp8_training(model, recipe)  # precision is a model transform
     model.train()
     optimizer = torch.optim.AdamW(
@@ -779,11 +804,14 @@ def train_run(
         inputs = (input_ids, attn, position_ids)
         trainer_lp, entropy = torch.zeros(B, tokens.shape[1]), torch.zeros(B, tokens.shape[1])
         old_lp_bf16 = torch.zeros(B, tokens.shape[1])
+        ref_lp = torch.zeros(B, tokens.shape[1])
         shadow_s = 0.0  # time in BF16 shadow forwards, reported as calibration time
         with torch.no_grad():
             for idx in minibatches:
                 args = (*(x[idx] for x in inputs), P, tokens[idx], cfg.temperature)
                 trainer_lp[idx], entropy[idx] = token_log_probs(model, *args)
+                if ref_model is not None:
+                    ref_lp[idx] = token_log_probs(ref_model, *args)[0]
                 if calibrating:
                     t1 = time.perf_counter()
                     with high_precision(model):
@@ -821,6 +849,14 @@ def train_run(
                     clip_ratio_c=cfg.clip_ratio_c,
                     rollout_is_weights=None if tis_weights is None else tis_weights[idx],
                 )
+                m["actor/pg_loss"] = float(loss.detach())
+                if ref_model is not None:  # GRPO's KL-to-reference term (verl's kl_loss)
+                    kl_loss = kl_to_reference_loss(
+                        log_prob, ref_lp[idx], loss_mask[idx], cfg.loss_agg_mode, cfg.kl_type
+                    )
+                    m["actor/kl_loss"] = float(kl_loss.detach())
+                    m["actor/kl_coef"] = cfg.kl_coef
+                    loss = loss + cfg.kl_coef * kl_loss
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"step {step}: non-finite policy loss {loss.item()}")
                 after_update = epoch > 0 or j > 0
@@ -842,7 +878,6 @@ def train_run(
                 if not torch.isfinite(grad_norm):
                     raise FloatingPointError(f"step {step}: non-finite grad norm {grad_norm}")
                 optimizer.step()
-                m["actor/pg_loss"] = float(loss.detach())
                 m["actor/grad_norm"] = float(grad_norm)
                 mb_metrics.append(m)
         timing["timing_s/update_actor"] = time.perf_counter() - t0 - (shadow_s - shadow_before)

@@ -235,6 +235,8 @@ def test_interrupted_run_resumes_to_identical_logs(tmp_path, cache) -> None:
         ({"max_new_tokens": 1000}, "max_new_tokens"),
         ({"overlong_buffer_len": 30}, "overlong_buffer_len"),
         ({"eps_low": 1.0}, "eps_low"),
+        ({"kl_coef": 0.1, "kl_type": "k5"}, "kl_type"),
+        ({"kl_coef": 0.1, "ref_recipe": "fp8"}, "ref_recipe"),
         ({"old_logprob_source": "cache", "tis": False}, "old_logprob_source"),
     ],
 )
@@ -335,3 +337,12 @@ def test_logratio_breakdown_splits_by_sign_probability_and_position() -> None:
     assert out["fp8rl/logratio/posadv/n"] == 1 and out["fp8rl/logratio/posadv/std"] == 0.0
     assert out["fp8rl/logratio/posadv/pos_0_8/mean"] == pytest.approx(0.5)
     assert out["fp8rl/logratio/posadv/pos_8_32/n"] == 0
+
+
+def test_kl_to_a_reference_in_its_own_precision(tmp_path, cache) -> None:
+    log = rows(
+        run(tmp_path, cache, recipe="tensorwise", kl_coef=0.1, ref_recipe="bf16", steps=2).path
+    )
+    assert all(r["actor/kl_coef"] == 0.1 for r in log)
+    # FP8 policy vs BF16 reference: non-zero already before the first update; grows after
+    assert 0 < log[0]["actor/kl_loss"] < log[1]["actor/kl_loss"]
