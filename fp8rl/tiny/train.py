@@ -540,6 +540,50 @@ def sample_dump(
     return out
 
 
+def sample_and_score(
+    cfg: TrainConfig, sampler: Sampler, tokenizer: Any, seed: int, group_prefix: str = ""
+) -> list[dict[str, Any]]:
+    """One round of rollouts: ``prompts_per_step`` training problems drawn with ``seed``,
+    ``n_samples`` responses each (rollout log-probs kept), scored by the outcome reward
+    plus DAPO's overlong shaping when on. One dict per response, grouped by prompt."""
+    problems = training_mix(cfg.prompts_per_step, seed)
+    prompts = [tokenizer.encode(p.prompt) for p in problems for _ in range(cfg.n_samples)]
+    batch = sampler.generate(
+        prompts, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed
+    )
+    out = []
+    for i, prompt in enumerate(prompts):
+        problem = problems[i // cfg.n_samples]
+        n = int(batch.mask[i].sum())
+        response = batch.tokens[i, :n].tolist()
+        text = tokenizer.decode([t for t in response if t != EOS_ID])
+        acc = reward(text, problem.answer)
+        score = acc
+        if cfg.overlong_buffer is not None:  # DAPO's overlong shaping
+            score += float(
+                overlong_penalty(
+                    torch.tensor(n),
+                    cfg.max_new_tokens,
+                    cfg.overlong_buffer,
+                    cfg.overlong_penalty_factor,
+                )
+            )
+        out.append(
+            {
+                "problem": problem,
+                "group": f"{group_prefix}{i // cfg.n_samples}",
+                "prompt": prompt,
+                "response": response,
+                "logprob": batch.logprobs[i, :n],
+                "finished": bool(batch.finished[i]),
+                "text": text,
+                "acc": acc,
+                "score": score,
+            }
+        )
+    return out
+
+
 def _repeat_4gram_frac(text: str) -> float:
     """Share of repeated character 4-grams (1 - distinct/total); 0 for short texts."""
     grams = [text[i : i + 4] for i in range(len(text) - 3)]
@@ -733,41 +777,7 @@ def train_run(
         for round_ in range(cfg.max_sample_rounds if cfg.use_dynamic_sampling else 1):
             n_rounds += 1
             seed = _derived_seed(cfg.seed, step, round_)
-            problems = training_mix(cfg.prompts_per_step, seed)
-            prompts = [tokenizer.encode(p.prompt) for p in problems for _ in range(cfg.n_samples)]
-            batch = sampler.generate(
-                prompts, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed
-            )
-            new_rows = []
-            for i, prompt in enumerate(prompts):
-                problem = problems[i // cfg.n_samples]
-                n = int(batch.mask[i].sum())
-                response = batch.tokens[i, :n].tolist()
-                text = tokenizer.decode([t for t in response if t != EOS_ID])
-                acc = reward(text, problem.answer)
-                score = acc
-                if cfg.overlong_buffer is not None:  # DAPO's overlong shaping
-                    score += float(
-                        overlong_penalty(
-                            torch.tensor(n),
-                            cfg.max_new_tokens,
-                            cfg.overlong_buffer,
-                            cfg.overlong_penalty_factor,
-                        )
-                    )
-                new_rows.append(
-                    {
-                        "problem": problem,
-                        "group": f"{round_}-{i // cfg.n_samples}",
-                        "prompt": prompt,
-                        "response": response,
-                        "logprob": batch.logprobs[i, :n],
-                        "finished": bool(batch.finished[i]),
-                        "text": text,
-                        "acc": acc,
-                        "score": score,
-                    }
-                )
+            new_rows = sample_and_score(cfg, sampler, tokenizer, seed, f"{round_}-")
             unfiltered = new_rows
             if cfg.use_dynamic_sampling:  # keep groups whose scores differ (verl's filter_groups)
                 keep = dapo_keep_mask(
