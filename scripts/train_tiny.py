@@ -4,6 +4,7 @@
     python scripts/train_tiny.py --recipe blockwise --block_size 4 --clipping calibrated
     python scripts/train_tiny.py --recipe bf16 --rollout_weight_scale tensor   # FP8 rollout
     python scripts/train_tiny.py --algorithm dapo --steps 50 --eval_every 10
+    python scripts/train_tiny.py --noise_probe --recipe rowwise --rollout_weight_scale channel
 
 Every ``TrainConfig`` field is a flag of the same name (values parsed as JSON, else taken
 as strings: ``--eps_low 0.1``, ``--rollout_weight_scale null``); ``--preset``/``--base_seed``/
@@ -26,7 +27,7 @@ from tqdm import tqdm
 from fp8rl.runs import RunStore
 from fp8rl.tiny.evaluate import EvalConfig
 from fp8rl.tiny.sft import SFTConfig
-from fp8rl.tiny.train import TrainConfig, train
+from fp8rl.tiny.train import TrainConfig, noise_probe, train
 
 
 def _value(text: str) -> Any:
@@ -47,6 +48,13 @@ def main() -> None:
     ap.add_argument("--base_steps", type=int, default=SFTConfig.steps)
     ap.add_argument("--eval_limit", type=int, default=8)
     ap.add_argument("--eval_k", type=int, default=1)
+    ap.add_argument(
+        "--noise_probe",
+        action="store_true",
+        help="measure the log-ratio noise of the precision pair on fixed batches; no training",
+    )
+    ap.add_argument("--checkpoint", default=None, help="noise probe: a run-store checkpoint")
+    ap.add_argument("--probe_rounds", type=int, default=4, help="noise probe: batches")
     for f in dataclasses.fields(TrainConfig):
         if f.name not in ("base", "eval"):
             ap.add_argument(f"--{f.name}", type=_value, default=dataclasses.MISSING)
@@ -61,6 +69,12 @@ def main() -> None:
     ev = EvalConfig(limit=args["eval_limit"], k=args["eval_k"], greedy=args["eval_k"] == 1)
     base = SFTConfig(preset=args["preset"], seed=args["base_seed"], steps=args["base_steps"])
     cfg = TrainConfig(base=base, eval=ev, **overrides)
+    if args["noise_probe"]:
+        result = noise_probe(
+            cfg, cache_dir=args["cache"], checkpoint=args["checkpoint"], rounds=args["probe_rounds"]
+        )
+        print(json.dumps(result, indent=1))
+        return
     bar = tqdm(total=cfg.steps, desc="RL", unit="step")
 
     def on_step(step: int, metrics: dict[str, float]) -> None:

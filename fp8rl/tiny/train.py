@@ -65,7 +65,15 @@ from fp8rl.rl import (
     overlong_penalty,
     ppo_clip_loss,
 )
-from fp8rl.runs import Decision, RngStreams, Run, RunStore, TrainState, atomic_write_json
+from fp8rl.runs import (
+    Decision,
+    RngStreams,
+    Run,
+    RunStore,
+    TrainState,
+    atomic_write_json,
+    load_checkpoint,
+)
 from fp8rl.tiny.evaluate import EvalConfig, evaluate
 from fp8rl.tiny.model import get_preset
 from fp8rl.tiny.sampler import Sampler
@@ -83,6 +91,7 @@ __all__ = [
     "TrainConfig",
     "TrainSummary",
     "logratio_breakdown",
+    "noise_probe",
     "sample_dump",
     "token_log_probs",
     "train",
@@ -601,16 +610,18 @@ def logratio_breakdown(
     advantages: torch.Tensor,
     old_log_prob: torch.Tensor,
     mask: torch.Tensor,
+    prefix: str = "fp8rl/logratio",
 ) -> dict[str, float]:
-    """Mean, std and count of ``log r`` split by advantage sign, and within each sign by
-    pi_old token probability (:data:`PROB_BUCKETS`) and by response position
-    (:data:`POSITION_BUCKETS`): ``fp8rl/logratio/<negadv|posadv>[/<bucket>]/<mean|std|n>``.
+    """Mean, std and count of ``log r`` over all tokens (``all``) and split by advantage
+    sign, and within each of these by pi_old token probability (:data:`PROB_BUCKETS`) and
+    by response position (:data:`POSITION_BUCKETS`): ``<prefix>/<all|negadv|posadv>[/<bucket>]/<mean|std|n>``.
     Empty cells report mean 0, std 0, n 0."""
     m = mask.bool()
     prob = old_log_prob.detach().exp()
     position = torch.arange(log_ratio.shape[1])[None, :].expand_as(log_ratio)
     cells: list[tuple[str, torch.Tensor]] = []
-    for sign, sel in (("negadv", advantages < 0), ("posadv", advantages > 0)):
+    signs = (("all", torch.ones_like(m)), ("negadv", advantages < 0), ("posadv", advantages > 0))
+    for sign, sel in signs:
         base = m & sel
         cells.append((sign, base))
         for name, lo, hi in PROB_BUCKETS:
@@ -620,9 +631,9 @@ def logratio_breakdown(
     out: dict[str, float] = {}
     for name, sel in cells:
         x = log_ratio.detach()[sel].double()
-        out[f"fp8rl/logratio/{name}/mean"] = float(x.mean()) if x.numel() else 0.0
-        out[f"fp8rl/logratio/{name}/std"] = float(x.std()) if x.numel() > 1 else 0.0
-        out[f"fp8rl/logratio/{name}/n"] = float(x.numel())
+        out[f"{prefix}/{name}/mean"] = float(x.mean()) if x.numel() else 0.0
+        out[f"{prefix}/{name}/std"] = float(x.std()) if x.numel() > 1 else 0.0
+        out[f"{prefix}/{name}/n"] = float(x.numel())
     return out
 
 
@@ -654,6 +665,66 @@ def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+# --------------------------------------------------------------------------------------
+# The noise probe: the x-axis of the regime chart, without training
+
+
+@torch.no_grad()
+def noise_probe(
+    cfg: TrainConfig,
+    *,
+    cache_dir: str | Path | None = None,
+    checkpoint: str | Path | None = None,
+    rounds: int = 1,
+) -> dict[str, float]:
+    """Log-ratio noise of ``cfg``'s (rollout, training) precision pair on fixed batches.
+
+    Builds the models as :func:`train` does (the SFT base, or the model of a run-store
+    ``checkpoint``), samples ``rounds`` step-1-style batches with the rollout copy, scores
+    them with GRPO advantages, and reports, split by advantage sign x pi_old probability
+    bucket and x response position (:func:`logratio_breakdown`):
+
+    - ``noise/rollout_vs_trainer/...``: ``log pi_trainer - log pi_rollout`` (the mismatch
+      TIS corrects; what every token carries with ``old_logprob_source="rollout"``);
+    - ``noise/train_vs_bf16/...``: ``log pi_trainer - log pi_bf16`` on the same weights
+      (the FP8 training noise Calibrated Clipping measures; 0 for ``recipe="bf16"``).
+    """
+    _seed_everything(cfg.seed)
+    base = build_base_model(cfg.base, cache_dir)
+    tokenizer, model = base.tokenizer, base.model
+    if checkpoint is not None:
+        model.load_state_dict(load_checkpoint(Path(checkpoint)).state["model"])
+    apply_fp8_training(model, get_recipe(cfg.recipe, **recipe_kwargs(cfg)))
+    rollout_model = make_rollout_model(model, cfg.rollout_quant())
+    sampler = Sampler(rollout_model, eos_id=EOS_ID, pad_id=PAD_ID, max_seq_len=cfg.max_seq_len)
+    rows: list[dict[str, Any]] = []
+    for r in range(rounds):
+        rows += sample_and_score(
+            cfg, sampler, tokenizer, _derived_seed(cfg.seed, "noise", r), f"{r}-"
+        )
+    input_ids, attn, position_ids, P, tokens, mask, rollout_lp = _pad_rows(
+        [r["prompt"] for r in rows], [r["response"] for r in rows], [r["logprob"] for r in rows]
+    )
+    B = len(rows)
+    token_rewards = torch.zeros(B, tokens.shape[1])
+    token_rewards[torch.arange(B), mask.sum(1) - 1] = torch.tensor([r["score"] for r in rows])
+    advantages, _ = grpo_outcome_advantage(token_rewards, mask, [r["group"] for r in rows])
+    args = (input_ids, attn, position_ids, P, tokens, cfg.temperature)
+    trainer_lp = token_log_probs(model, *args)[0]
+    with high_precision(model):
+        bf16_lp = token_log_probs(model, *args)[0]
+    return {
+        "noise/responses": float(B),
+        "noise/tokens": float(mask.sum()),
+        **logratio_breakdown(
+            trainer_lp - rollout_lp, advantages, trainer_lp, mask, "noise/rollout_vs_trainer"
+        ),
+        **logratio_breakdown(
+            trainer_lp - bf16_lp, advantages, trainer_lp, mask, "noise/train_vs_bf16"
+        ),
+    }
 
 
 # --------------------------------------------------------------------------------------

@@ -348,6 +348,8 @@ def test_logratio_breakdown_splits_by_sign_probability_and_position() -> None:
     assert out["fp8rl/logratio/posadv/n"] == 1 and out["fp8rl/logratio/posadv/std"] == 0.0
     assert out["fp8rl/logratio/posadv/pos_0_8/mean"] == pytest.approx(0.5)
     assert out["fp8rl/logratio/posadv/pos_8_32/n"] == 0
+    assert out["fp8rl/logratio/all/n"] == 4
+    assert out["fp8rl/logratio/all/mean"] == pytest.approx(0.7 / 4)
 
 
 def test_kl_to_a_reference_in_its_own_precision(tmp_path, cache) -> None:
@@ -357,3 +359,23 @@ def test_kl_to_a_reference_in_its_own_precision(tmp_path, cache) -> None:
     assert all(r["actor/kl_coef"] == 0.1 for r in log)
     # FP8 policy vs BF16 reference: non-zero already before the first update; grows after
     assert 0 < log[0]["actor/kl_loss"] < log[1]["actor/kl_loss"]
+
+
+def test_noise_probe_measures_both_noise_sources(tmp_path, cache) -> None:
+    from fp8rl.tiny.train import noise_probe
+
+    fp8 = dataclasses.replace(QUICK, recipe="tensorwise", rollout_weight_scale="tensor")
+    bf16 = noise_probe(QUICK, cache_dir=cache)
+    both = noise_probe(fp8, cache_dir=cache)
+    assert both["noise/responses"] == 16 and both["noise/rollout_vs_trainer/negadv/n"] > 0
+    # BF16 training has no FP8 noise against its own BF16 shadow; tensorwise does
+    assert bf16["noise/train_vs_bf16/negadv/std"] == 0.0
+    assert both["noise/train_vs_bf16/negadv/std"] > 0.0
+    # an FP8 rollout disagrees with the trainer more than a BF16 one
+    key = "noise/rollout_vs_trainer/negadv/std"
+    assert both[key] > 2 * bf16[key]
+    # from a run's checkpoint: other weights, other numbers
+    summary = run(tmp_path, cache, steps=1)
+    ckpt = sorted((summary.path / "checkpoints").iterdir())[-1]
+    trained = noise_probe(QUICK, cache_dir=cache, checkpoint=ckpt)
+    assert trained[key] != bf16[key]
