@@ -614,7 +614,8 @@ def logratio_breakdown(
 ) -> dict[str, float]:
     """Mean, std and count of ``log r`` over all tokens (``all``) and split by advantage
     sign, and within each of these by pi_old token probability (:data:`PROB_BUCKETS`) and
-    by response position (:data:`POSITION_BUCKETS`): ``<prefix>/<all|negadv|posadv>[/<bucket>]/<mean|std|n>``.
+    by response position (:data:`POSITION_BUCKETS`):
+    ``<prefix>/<all|negadv|posadv>[/<bucket>]/<mean|std|n>``.
     Empty cells report mean 0, std 0, n 0."""
     m = mask.bool()
     prob = old_log_prob.detach().exp()
