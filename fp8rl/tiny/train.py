@@ -47,6 +47,7 @@ from fp8rl.numerics import (
     get_recipe,
     high_precision,
     make_rollout_model,
+    record_activation_stats,
     sync_rollout_weights,
     weight_fp8_stats,
 )
@@ -891,7 +892,8 @@ def train_run(
         with torch.no_grad():
             for idx in minibatches:
                 args = (*(x[idx] for x in inputs), P, tokens[idx], cfg.temperature)
-                trainer_lp[idx], entropy[idx] = token_log_probs(model, *args)
+                with record_activation_stats(model) as act_stats:  # FP8 input casts
+                    trainer_lp[idx], entropy[idx] = token_log_probs(model, *args)
                 if ref_model is not None:
                     ref_lp[idx] = token_log_probs(ref_model, *args)[0]
                 if calibrating:
@@ -1031,6 +1033,7 @@ def train_run(
             **calib_metrics,
             **health,
             **weight_fp8_stats(model),
+            **act_stats,
         }
         timing["timing_s/step"] = time.perf_counter() - t_step
         metrics.update(timing)

@@ -108,6 +108,7 @@ def test_a_run_logs_the_required_metrics(tmp_path, cache, recipe) -> None:
         assert r["fp8rl/negadv_frac"] > 0 and r["fp8rl/posadv_frac"] > 0
     fp8_stats = [k for k in log[0] if k.startswith("fp8rl/fp8/")]
     assert bool(fp8_stats) == (recipe != "bf16")
+    assert any("_input_" in k for k in fp8_stats) == (recipe != "bf16")
     assert (summary.path / "checkpoints").is_dir()
 
 
