@@ -1,0 +1,382 @@
+"""The tiny RL trainer: metrics, precision settings, calibration, validation, resume.
+
+All runs use the ``tiny-test`` base (30 SFT steps, built once per module into a temporary
+cache), 2-3 steps of 4 prompts x 4 samples and short responses. That base answers nothing
+correctly yet, so the runs turn on DAPO's overlong shaping over the whole response: the
+length-dependent score gives GRPO advantages of both signs, i.e. tokens to clip.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from fp8rl.runs import RunStore
+from fp8rl.tiny.evaluate import EvalConfig
+from fp8rl.tiny.sampler import score
+from fp8rl.tiny.sft import SFTConfig, build_base_model
+from fp8rl.tiny.train import TrainConfig, token_log_probs, train
+
+QUICK_BASE = SFTConfig(preset="tiny-test", steps=30, batch_size=16, pool_size=500, eval_limit=4)
+
+QUICK = TrainConfig(
+    base=QUICK_BASE,
+    prompts_per_step=4,
+    n_samples=4,
+    max_new_tokens=24,
+    overlong_buffer_len=24,
+    steps=2,
+    ppo_mini_batches=2,
+    eps_low=0.02,
+    eps_high=0.02,
+    lr=1e-3,
+    block_size=4,
+    eval=EvalConfig(limit=1, max_new_tokens=24, families=("add_sub", "max_min")),
+)
+
+REQUIRED = (
+    "actor/entropy",
+    "actor/pg_loss",
+    "actor/pg_clipfrac",
+    "actor/ppo_kl",
+    "actor/grad_norm",
+    "critic/score/mean",
+    "response_length/mean",
+    "response_length/clip_ratio",
+    "rollout_corr/kl",
+    "fp8rl/clip_low",
+    "fp8rl/clip_high",
+    "fp8rl/clipfrac_low_negadv",
+    "fp8rl/clipfrac_high_posadv",
+    "fp8rl/ratio_q50",
+    "fp8rl/logratio_hist_negadv/total",
+    "fp8rl/well_formed_frac",
+    "fp8rl/repeat_4gram_frac",
+    "fp8rl/logratio/negadv/p_lt_0.1/std",
+    "fp8rl/health/probe_logprob_absdiff_mean",
+    "timing_s/step",
+)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # CPU determinism: one summation order everywhere
+    path = tmp_path_factory.mktemp("base_models")
+    build_base_model(QUICK_BASE, path)
+    yield path
+    torch.set_num_threads(threads)
+
+
+def run(tmp: Path, cache: Path, **changes):
+    cfg = dataclasses.replace(QUICK, **changes)
+    return train(cfg, RunStore(tmp / "runs"), "test", cache_dir=cache)
+
+
+def same_logs(a: Path, b: Path, name: str = "metrics.jsonl") -> bool:
+    """Equal logs apart from wall-clock timings (compared as JSON text, so NaN == NaN)."""
+
+    def canon(path: Path) -> list[str]:
+        return [json.dumps(r, sort_keys=True) for r in rows(path, name)]
+
+    return canon(a) == canon(b)
+
+
+def rows(path: Path, name: str = "metrics.jsonl", timing: bool = False) -> list[dict]:
+    out = []
+    for line in (path / name).read_text().splitlines():
+        rec = json.loads(line)
+        data = {k: v for k, v in rec["data"].items() if timing or not k.startswith("timing_s/")}
+        out.append({"step": rec["step"], **data})
+    return out
+
+
+@pytest.mark.parametrize("recipe", ["bf16", "tensorwise", "rowwise", "blockwise"])
+def test_a_run_logs_the_required_metrics(tmp_path, cache, recipe) -> None:
+    summary = run(tmp_path, cache, recipe=recipe)
+    assert summary.status == "done" and summary.last_step == 2
+    log = rows(summary.path, timing=True)
+    assert [r["step"] for r in log] == [1, 2]
+    for r in log:
+        missing = [k for k in REQUIRED if k not in r]
+        assert not missing, missing
+        assert all(isinstance(v, float | int) for v in r.values())
+        assert r["fp8rl/negadv_frac"] > 0 and r["fp8rl/posadv_frac"] > 0
+    fp8_stats = [k for k in log[0] if k.startswith("fp8rl/fp8/")]
+    assert bool(fp8_stats) == (recipe != "bf16")
+    assert any("_input_" in k for k in fp8_stats) == (recipe != "bf16")
+    assert (summary.path / "checkpoints").is_dir()
+
+
+def test_first_minibatch_ratio_is_exactly_one_with_trainer_old_log_probs(tmp_path, cache) -> None:
+    one = dict(ppo_mini_batches=1, steps=1, recipe="tensorwise")
+    trainer = rows(run(tmp_path / "a", cache, **one).path)[0]
+    assert trainer["fp8rl/ratio_min"] == trainer["fp8rl/ratio_max"] == 1.0
+    assert trainer["actor/ppo_kl"] == 0.0
+    # bypass mode: old log-probs are the rollout's, so r carries the full mismatch
+    bypass = rows(run(tmp_path / "b", cache, old_logprob_source="rollout", tis=False, **one).path)[
+        0
+    ]
+    assert bypass["fp8rl/ratio_min"] < 1.0 < bypass["fp8rl/ratio_max"]
+
+
+def test_trainer_log_probs_match_score(cache) -> None:
+    base = build_base_model(QUICK_BASE, cache)
+    tok = base.tokenizer
+    prompts = [tok.encode("1+2=\n"), tok.encode("12*3=\n")]
+    responses = [tok.encode("3 ok"), tok.encode("36")]
+    from fp8rl.tiny.train import _pad_rows
+
+    ids, attn, pos, P, tokens, mask, _ = _pad_rows(
+        prompts, responses, [torch.zeros(len(r)) for r in responses]
+    )
+    with torch.no_grad():
+        lp, ent = token_log_probs(base.model, ids, attn, pos, P, tokens, 0.7)
+    ref = score(base.model, prompts, tokens, mask, 0.7)
+    torch.testing.assert_close(lp.masked_fill(~mask, 0.0), ref, atol=1e-5, rtol=0)
+    assert (ent[mask] > 0).all()
+
+
+def test_fp8_rollout_with_bf16_training_runs_and_tis_acts(tmp_path, cache) -> None:
+    fp8_rollout = dict(recipe="bf16", rollout_weight_scale="tensor")
+    on = rows(run(tmp_path / "on", cache, **fp8_rollout).path)
+    off = rows(run(tmp_path / "off", cache, tis=False, **fp8_rollout).path)
+    bf16 = rows(run(tmp_path / "bf16", cache).path)
+    # the FP8 rollout disagrees with the BF16 trainer far more than a BF16 rollout does
+    gap = "fp8rl/rollout_trainer_logprob_absdiff"
+    assert on[0][gap] > 3 * bf16[0][gap]
+    probe = "fp8rl/health/probe_logprob_absdiff_mean"  # rollout copy vs master, after sync
+    assert on[0][probe] > 3 * bf16[0][probe] > 0
+    assert "rollout_corr/rollout_is_mean" in on[0] and "rollout_corr/rollout_is_mean" not in off[0]
+    # same rollout and old log-probs at step 1; the TIS weights change the loss
+    assert on[0]["critic/score/mean"] == off[0]["critic/score/mean"]
+    assert on[0]["rollout_corr/kl"] == off[0]["rollout_corr/kl"]
+    assert on[0]["actor/pg_loss"] != off[0]["actor/pg_loss"]
+
+
+def test_calibrated_clipping_moves_the_bounds_from_the_next_step(tmp_path, cache) -> None:
+    summary = run(
+        tmp_path,
+        cache,
+        recipe="blockwise",
+        clipping="calibrated",
+        calib_period=1,
+        dump_samples_every=2,
+        dump_samples=3,
+    )
+    first, second = rows(summary.path)
+    assert first["fp8rl/calib/is_calibration_step"] == 1.0
+    assert (first["fp8rl/clip_low"], first["fp8rl/clip_high"]) == pytest.approx((0.98, 1.02))
+    assert "fp8rl/calib/logratio_gap_std" in first
+    assert first["fp8rl/calib/identity_frac"] == 0.0  # the first mini-batch is left out
+    new = (first["fp8rl/calib/new_clip_low"], first["fp8rl/calib/new_clip_high"])
+    assert new != pytest.approx((0.98, 1.02))
+    assert (second["fp8rl/clip_low"], second["fp8rl/clip_high"]) == new
+    # the token-level dump of step 2 clips with step 2's (calibrated) bounds
+    assert sorted(p.name for p in (summary.path / "samples").iterdir()) == ["step_00000002.json"]
+    dump = json.loads((summary.path / "samples" / "step_00000002.json").read_text())
+    assert len(dump["samples"]) == 3
+    tok = dump["samples"][0]["tokens"][-1]
+    assert set(tok) >= {"token", "rollout_log_prob", "old_log_prob", "ratio", "advantage"}
+    clipped = [t["clipped"] for s in dump["samples"] for t in s["tokens"]]
+    expected = [
+        (t["advantage"] < 0 and t["ratio"] < new[0]) or (t["advantage"] > 0 and t["ratio"] > new[1])
+        for s in dump["samples"]
+        for t in s["tokens"]
+    ]
+    assert clipped == expected
+    standard = rows(run(tmp_path / "std", cache, recipe="blockwise").path)
+    assert "fp8rl/calib/new_clip_low" not in standard[0]
+    assert standard[1]["fp8rl/clip_low"] == pytest.approx(0.98)
+
+
+def test_dapo_runs_with_its_defaults(tmp_path, cache) -> None:
+    cfg = dataclasses.replace(QUICK, algorithm="dapo", eps_low=None, eps_high=None)
+    assert cfg.clip_eps == (0.2, 0.28) and cfg.use_dynamic_sampling
+    assert cfg.to_dict()["eps_high"] == 0.28
+    summary = run(tmp_path, cache, algorithm="dapo", eps_low=None, eps_high=None, probe_size=0)
+    log = rows(summary.path)
+    assert summary.status == "done" and len(log) == 2
+    assert all(r["fp8rl/batch/groups"] <= 4 for r in log)
+
+
+def test_interrupted_run_resumes_to_identical_logs(tmp_path, cache) -> None:
+    changes = dict(
+        recipe="rowwise",
+        rollout_weight_scale="channel",
+        clipping="calibrated",
+        calib_period=2,
+        steps=3,
+        checkpoint_every=1,
+        eval_every=2,
+    )
+    cfg = dataclasses.replace(QUICK, **changes)
+    whole = train(cfg, RunStore(tmp_path / "whole"), "test", cache_dir=cache)
+    store = RunStore(tmp_path / "split")
+    first = train(cfg, store, "test", cache_dir=cache, max_steps_this_call=1)
+    assert first.status == "pending" and first.last_step == 1
+    second = train(cfg, store, "test", cache_dir=cache)
+    assert second.decision == "resume" and second.status == "done" and second.last_step == 3
+    assert [r["step"] for r in rows(whole.path)] == [1, 2, 3]
+    assert same_logs(second.path, whole.path)
+    assert same_logs(second.path, whole.path, "eval.jsonl")
+    assert [r["step"] for r in rows(whole.path, "eval.jsonl")] == [0, 2, 3]
+    again = train(cfg, store, "test", cache_dir=cache)
+    assert again.decision == "skip"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"recipe": "fp4"}, "unknown training recipe"),
+        ({"algorithm": "ppo"}, "unknown algorithm"),
+        ({"rollout_weight_scale": "row"}, "rollout_weight_scale"),
+        ({"recipe": "blockwise", "block_size": 96}, "does not divide"),
+        ({"rollout_weight_scale": "block", "block_size": 48}, "does not divide"),
+        ({"old_logprob_source": "rollout"}, "Set tis=False"),
+        ({"clipping": "calibrated", "ppo_mini_batches": 1}, "off-policy mini-batch"),
+        ({"clipping": "calibrated", "calib_smoothing": 1.5}, "smoothing"),
+        ({"loss_agg_mode": "mean"}, "loss_agg_mode"),
+        ({"steps": 0}, "steps must be a positive integer"),
+        ({"ppo_mini_batches": 17}, "exceeds the batch"),
+        ({"max_new_tokens": 1000}, "max_new_tokens"),
+        ({"overlong_buffer_len": 30}, "overlong_buffer_len"),
+        ({"eps_low": 1.0}, "eps_low"),
+        ({"kl_coef": 0.1, "kl_type": "k5"}, "kl_type"),
+        ({"kl_coef": 0.1, "ref_recipe": "fp8"}, "ref_recipe"),
+        ({"old_logprob_source": "cache", "tis": False}, "old_logprob_source"),
+    ],
+)
+def test_invalid_configs_fail_before_compute(changes, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(QUICK, **changes)
+
+
+def test_calibrated_clipping_with_identical_precisions_is_allowed() -> None:
+    cfg = dataclasses.replace(QUICK, recipe="bf16", clipping="calibrated")
+    assert cfg.calibrator_config().enabled
+
+
+def test_config_round_trips_through_a_plain_dict() -> None:
+    cfg = dataclasses.replace(QUICK, algorithm="dapo", eps_high=None, probe_size=0)
+    again = TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert again.to_dict() == cfg.to_dict()
+    with pytest.raises(ValueError, match="unknown settings"):
+        TrainConfig.from_dict({"learning_rate": 1.0})
+
+
+KILLER = """
+import json, os, signal, sys
+import torch
+torch.set_num_threads(1)
+from fp8rl.runs import RunStore
+from fp8rl.tiny.train import TrainConfig, train
+cfg = TrainConfig.from_dict(json.loads(sys.argv[1]))
+def on_step(step, metrics):
+    if step == 2:  # logged, not yet checkpointed: the resume must cut this line
+        os.kill(os.getpid(), signal.SIGKILL)
+train(cfg, RunStore(sys.argv[2]), "test", cache_dir=sys.argv[3], on_step=on_step)
+"""
+
+
+def test_killed_run_resumes_to_identical_metrics(tmp_path, cache) -> None:
+    import os
+    import subprocess
+    import sys
+
+    cfg = dataclasses.replace(
+        QUICK, recipe="tensorwise", rollout_weight_scale="tensor", steps=3, checkpoint_every=1
+    )
+    whole = train(cfg, RunStore(tmp_path / "whole"), "test", cache_dir=cache)
+    store = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2])])}
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLER, json.dumps(cfg.to_dict()), str(store), str(cache)],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    resumed = train(cfg, RunStore(store), "test", cache_dir=cache)
+    assert resumed.decision == "resume" and resumed.status == "done"
+    assert resumed.start_step == 2  # resumed from the step-1 checkpoint, step 2 redone
+    attempts = json.loads((resumed.path / "provenance.json").read_text())["previous_attempts"]
+    assert len(attempts) == 1
+    assert [r["step"] for r in rows(resumed.path)] == [1, 2, 3]
+    assert same_logs(resumed.path, whole.path)
+
+
+def test_a_non_finite_loss_fails_the_run_and_keeps_the_last_checkpoint(
+    tmp_path, cache, monkeypatch
+) -> None:
+    import fp8rl.tiny.train as trainer
+
+    calls = []
+    real = trainer.ppo_clip_loss
+
+    def poisoned(*args, **kwargs):
+        loss, metrics = real(*args, **kwargs)
+        calls.append(1)
+        return (loss * float("nan") if len(calls) > 2 else loss), metrics  # step 2 breaks
+
+    monkeypatch.setattr(trainer, "ppo_clip_loss", poisoned)
+    cfg = dataclasses.replace(QUICK, steps=3, checkpoint_every=1)
+    store = RunStore(tmp_path / "runs")
+    with pytest.raises(FloatingPointError, match="step 2: non-finite policy loss"):
+        train(cfg, store, "test", cache_dir=cache)
+    info = store.list_runs("test")[0]
+    assert info.status == "failed" and "non-finite" in info.reason
+    assert [r["step"] for r in rows(info.path)] == [1]
+    assert sorted(p.name for p in (info.path / "checkpoints").iterdir()) == ["step_00000001.pt"]
+
+
+def test_logratio_breakdown_splits_by_sign_probability_and_position() -> None:
+    from fp8rl.tiny.train import logratio_breakdown
+
+    log_ratio = torch.tensor([[0.1, -0.2, 0.3], [0.5, 0.0, 0.0]])
+    adv = torch.tensor([[-1.0, -1.0, -1.0], [2.0, 2.0, 2.0]])
+    old = torch.log(torch.tensor([[0.05, 0.3, 0.9], [0.9, 0.9, 0.9]]))
+    mask = torch.tensor([[True, True, True], [True, False, False]])
+    out = logratio_breakdown(log_ratio, adv, old, mask)
+    assert out["fp8rl/logratio/negadv/n"] == 3
+    assert out["fp8rl/logratio/negadv/mean"] == pytest.approx(0.2 / 3)
+    assert out["fp8rl/logratio/negadv/p_lt_0.1/mean"] == pytest.approx(0.1)
+    assert out["fp8rl/logratio/negadv/p_0.1_0.5/mean"] == pytest.approx(-0.2)
+    assert out["fp8rl/logratio/posadv/n"] == 1 and out["fp8rl/logratio/posadv/std"] == 0.0
+    assert out["fp8rl/logratio/posadv/pos_0_8/mean"] == pytest.approx(0.5)
+    assert out["fp8rl/logratio/posadv/pos_8_32/n"] == 0
+    assert out["fp8rl/logratio/all/n"] == 4
+    assert out["fp8rl/logratio/all/mean"] == pytest.approx(0.7 / 4)
+
+
+def test_kl_to_a_reference_in_its_own_precision(tmp_path, cache) -> None:
+    log = rows(
+        run(tmp_path, cache, recipe="tensorwise", kl_coef=0.1, ref_recipe="bf16", steps=2).path
+    )
+    assert all(r["actor/kl_coef"] == 0.1 for r in log)
+    # FP8 policy vs BF16 reference: non-zero already before the first update; grows after
+    assert 0 < log[0]["actor/kl_loss"] < log[1]["actor/kl_loss"]
+
+
+def test_noise_probe_measures_both_noise_sources(tmp_path, cache) -> None:
+    from fp8rl.tiny.train import noise_probe
+
+    fp8 = dataclasses.replace(QUICK, recipe="tensorwise", rollout_weight_scale="tensor")
+    bf16 = noise_probe(QUICK, cache_dir=cache)
+    both = noise_probe(fp8, cache_dir=cache)
+    assert both["noise/responses"] == 16 and both["noise/rollout_vs_trainer/negadv/n"] > 0
+    # BF16 training has no FP8 noise against its own BF16 shadow; tensorwise does
+    assert bf16["noise/train_vs_bf16/negadv/std"] == 0.0
+    assert both["noise/train_vs_bf16/negadv/std"] > 0.0
+    # an FP8 rollout disagrees with the trainer more than a BF16 one
+    key = "noise/rollout_vs_trainer/negadv/std"
+    assert both[key] > 2 * bf16[key]
+    # from a run's checkpoint: other weights, other numbers
+    summary = run(tmp_path, cache, steps=1)
+    ckpt = sorted((summary.path / "checkpoints").iterdir())[-1]
+    trained = noise_probe(QUICK, cache_dir=cache, checkpoint=ckpt)
+    assert trained[key] != bf16[key]
