@@ -37,6 +37,12 @@ lint: setup ## ruff check and format check
 base-model: setup ## Build (or load from cache) the tiny-s SFT base model and print its per-family accuracy
 	$(PY) scripts/build_base_model.py
 
+.PHONY: train-tiny
+train-tiny: setup ## One short tiny RL run (blockwise FP8 rollout+training, Calibrated Clipping) into runs/
+	$(PY) scripts/train_tiny.py --runs runs --experiment quickstart --recipe blockwise --block_size 4 \
+		--rollout_weight_scale block --clipping calibrated --calib_period 5 --steps 30 \
+		--eval_every 15 --eval_limit 50
+
 .PHONY: bench-numerics
 bench-numerics: setup ## Time fwd+bwd of a small transformer per precision recipe (markdown to stdout)
 	$(PY) benchmarks/bench_numerics.py
