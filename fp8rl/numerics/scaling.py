@@ -52,7 +52,6 @@ __all__ = [
     "AMAX_EPS",
     "Block",
     "QuantizedTensor",
-    "block_for_granularity",
     "dequantize",
     "fake_quantize",
     "quantize",
@@ -75,19 +74,6 @@ class QuantizedTensor:
     scale: torch.Tensor
     block: tuple[int, int]
     fmt: Fp8Format
-
-
-def block_for_granularity(granularity: str, block_size: int = 128) -> Block:
-    """The ``block`` of an activation-like operand for a granularity name."""
-    table: dict[str, Block] = {
-        "tensorwise": (None, None),
-        "rowwise": (1, None),
-        "columnwise": (None, 1),
-        "blockwise": (1, block_size),
-    }
-    if granularity not in table:
-        raise ValueError(f"unknown granularity {granularity!r}; expected one of {sorted(table)}")
-    return table[granularity]
 
 
 def _resolve_block(shape2d: tuple[int, int], block: Block, partial: Partial) -> tuple[int, int]:
