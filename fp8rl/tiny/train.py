@@ -755,8 +755,13 @@ def train(
     with store.open_run(experiment, cfg.to_dict(), rerun_failed=rerun_failed) as run:
         if not run.should_run:
             log.info("%r: nothing to do (%s)", run, run.decision.value)
+            logged = run.read_metrics().records if run.metrics_path.exists() else []
             return TrainSummary(
-                run.run_id, run.path, run.decision.value, run.status.get("status", ""), None
+                run.run_id,
+                run.path,
+                run.decision.value,
+                run.status.get("status", ""),
+                logged[-1]["step"] if logged else None,
             )
         return train_run(
             cfg,

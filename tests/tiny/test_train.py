@@ -226,7 +226,7 @@ def test_interrupted_run_resumes_to_identical_logs(tmp_path, cache) -> None:
     assert same_logs(second.path, whole.path, "eval.jsonl")
     assert [r["step"] for r in rows(whole.path, "eval.jsonl")] == [0, 2, 3]
     again = train(cfg, store, "test", cache_dir=cache)
-    assert again.decision == "skip"
+    assert again.decision == "skip" and again.last_step == 3
 
 
 @pytest.mark.parametrize(
