@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import sys
 from typing import Any
 
 import torch
@@ -97,4 +98,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (ValueError, FileNotFoundError) as err:  # bad config or missing data: no traceback
+        sys.exit(f"error: {err}")
