@@ -81,19 +81,20 @@ class CalibratedClipLossConfig(PolicyLossConfig):
     diagnostics: bool = True
     histograms: bool = True
     require_rollout_is_weights: bool = False
-    calib_enabled: bool = True
-    calib_period: int = 20
-    calib_smoothing: float = 0.5
-    calib_init_low: float | None = None
-    calib_init_high: float | None = None
-    calib_low_min: float = 0.5
-    calib_low_max: float = 0.99
-    calib_high_min: float = 1.01
-    calib_high_max: float = 2.0
-    calib_max_step: float | None = None
-    calib_upper_rule: str = "balance"
-    calib_lower_only: bool = False
-    calib_at_start: bool = False
+    # defaults are CalibratorConfig's own, so the two cannot drift apart
+    calib_enabled: bool = CalibratorConfig.enabled
+    calib_period: int = CalibratorConfig.period
+    calib_smoothing: float = CalibratorConfig.smoothing
+    calib_init_low: float | None = CalibratorConfig.init_low
+    calib_init_high: float | None = CalibratorConfig.init_high
+    calib_low_min: float = CalibratorConfig.low_min
+    calib_low_max: float = CalibratorConfig.low_max
+    calib_high_min: float = CalibratorConfig.high_min
+    calib_high_max: float = CalibratorConfig.high_max
+    calib_max_step: float | None = CalibratorConfig.max_step
+    calib_upper_rule: str = CalibratorConfig.upper_rule
+    calib_lower_only: bool = CalibratorConfig.lower_only
+    calib_at_start: bool = CalibratorConfig.calibrate_at_start
 
     def __post_init__(self) -> None:
         if self.loss_mode not in VERL_LOSS_NAMES:

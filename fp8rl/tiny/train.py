@@ -197,14 +197,14 @@ class TrainConfig:
     tis: bool = True
     tis_threshold: float = 2.0
     clipping: str = "standard"
-    calib_period: int = 20
-    calib_smoothing: float = 0.5
-    calib_upper_rule: str = "balance"
-    calib_init_low: float | None = None
-    calib_init_high: float | None = None
-    calib_lower_only: bool = False
-    calib_calibrate_at_start: bool = False
-    calib_max_step: float | None = None
+    calib_period: int = CalibratorConfig.period  # defaults: CalibratorConfig's own
+    calib_smoothing: float = CalibratorConfig.smoothing
+    calib_upper_rule: str = CalibratorConfig.upper_rule
+    calib_init_low: float | None = CalibratorConfig.init_low
+    calib_init_high: float | None = CalibratorConfig.init_high
+    calib_lower_only: bool = CalibratorConfig.lower_only
+    calib_calibrate_at_start: bool = CalibratorConfig.calibrate_at_start
+    calib_max_step: float | None = CalibratorConfig.max_step
     eval: EvalConfig = field(default_factory=lambda: EvalConfig(limit=8))
     eval_every: int = 0
     eval_precision: str = "rollout"
