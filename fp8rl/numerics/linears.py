@@ -170,6 +170,7 @@ class TorchAOFloat8Linear(PrecisionLinear, Float8Linear):
     def from_linear(cls, mod: nn.Linear, recipe: Fp8Recipe) -> TorchAOFloat8Linear:
         new = cls.from_float(mod, config=recipe.to_torchao_config())
         new.round_io = recipe.emulate_bf16
+        new.specs = dict(recipe.specs)  # what the TorchAO config implements, for the stats
         return new
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fp8rl.numerics.formats import Fp8Format, format_info
+from fp8rl.numerics.formats import format_info
 from fp8rl.numerics.linears import EmulatedFp8Linear, PrecisionLinear, TorchAOFloat8Linear
 from fp8rl.numerics.recipes import OperandSpec
 from fp8rl.numerics.rollout import Fp8RolloutLinear
@@ -76,18 +76,8 @@ def fp8_tensor_stats(
 
 
 def _spec_of(mod: PrecisionLinear, slot: str) -> OperandSpec | None:
-    if isinstance(mod, EmulatedFp8Linear):
+    if isinstance(mod, (EmulatedFp8Linear, TorchAOFloat8Linear)):
         return mod.specs[slot]
-    if isinstance(mod, TorchAOFloat8Linear):
-        # TorchAO's config maps one-to-one onto our specs; rebuild from its cast configs
-        cc = getattr(mod.config, f"cast_config_{slot}")
-        from torchao.float8.config import ScalingGranularity
-
-        rowwise = cc.scaling_granularity is ScalingGranularity.AXISWISE
-        fmt = "e4m3" if cc.target_dtype == torch.float8_e4m3fn else "e5m2"
-        return OperandSpec(
-            Fp8Format(fmt), None, 1 if rowwise else None, mod.config.round_scales_to_power_of_2
-        )
     if isinstance(mod, Fp8RolloutLinear) and slot in ("input", "weight"):
         rows, cols = mod.cfg.weight_block() if slot == "weight" else mod.cfg.activation_block()
         return OperandSpec(mod.cfg.fmt, group_contract=cols, group_other=rows)
