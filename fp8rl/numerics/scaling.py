@@ -121,17 +121,16 @@ def _grouped(x2d: torch.Tensor, br: int, bc: int) -> tuple[torch.Tensor, int, in
     return x2d.reshape(n_r, br, n_c, bc), pad_r, pad_c
 
 
-def _quantize_grouped(
+def _scaled_groups(
     x: torch.Tensor, fmt: Fp8Format | str, block: Block, pow2: bool, partial: Partial
 ) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int], tuple[int, int]]:
-    info = format_info(fmt)
+    """``x`` as zero-padded groups ``(nR, br, nC, bc)``, each group's multiplier
+    ``fmt.max / amax``, the resolved block and the padding: the first half of every cast."""
     x2d = _to_2d(x)
     br, bc = _resolve_block(tuple(x2d.shape), block, partial)
     g, pad_r, pad_c = _grouped(x2d, br, bc)
-    amax = g.abs().amax(dim=(1, 3), keepdim=True)
-    mult = _multipliers(amax, info.max, pow2)
-    q = (g * mult).clamp_(-info.max, info.max).to(info.dtype)
-    return q, mult, (br, bc), (pad_r, pad_c)
+    mult = _multipliers(g.abs().amax(dim=(1, 3), keepdim=True), format_info(fmt).max, pow2)
+    return g, mult, (br, bc), (pad_r, pad_c)
 
 
 def _ungroup(g: torch.Tensor, pads: tuple[int, int], shape: torch.Size) -> torch.Tensor:
@@ -150,7 +149,9 @@ def quantize(
     partial: Partial = "error",
 ) -> QuantizedTensor:
     """Quantise ``x`` to FP8 with one dynamic amax scale per ``block`` group."""
-    q, mult, resolved, pads = _quantize_grouped(x, fmt, block, pow2_scales, partial)
+    info = format_info(fmt)
+    g, mult, resolved, pads = _scaled_groups(x, fmt, block, pow2_scales, partial)
+    q = (g * mult).clamp_(-info.max, info.max).to(info.dtype)
     data = _ungroup(q, pads, x.shape)
     scale = mult.reciprocal().reshape(q.shape[0], q.shape[2])
     return QuantizedTensor(data=data, scale=scale, block=resolved, fmt=Fp8Format(fmt))
@@ -178,10 +179,8 @@ def fake_quantize(
     Equal to ``dequantize(quantize(x, ...))``; this is the hot path of FP8 emulation.
     """
     info = format_info(fmt)
-    x2d = _to_2d(x if x.dtype == torch.float32 else x.float())
-    br, bc = _resolve_block(tuple(x2d.shape), block, partial)
-    g, pad_r, pad_c = _grouped(x2d, br, bc)
-    mult = _multipliers(g.abs().amax(dim=(1, 3), keepdim=True), info.max, pow2_scales)
+    x32 = x if x.dtype == torch.float32 else x.float()
+    g, mult, _, pads = _scaled_groups(x32, fmt, block, pow2_scales, partial)
     scaled = (g * mult).clamp_(-info.max, info.max)
     deq = round_to_fp8_grid_(scaled, info.name).mul_(mult.reciprocal())
-    return _ungroup(deq, (pad_r, pad_c), x.shape).to(x.dtype)
+    return _ungroup(deq, pads, x.shape).to(x.dtype)

@@ -26,7 +26,7 @@ from fp8rl.numerics.formats import format_info
 from fp8rl.numerics.linears import EmulatedFp8Linear, PrecisionLinear, TorchAOFloat8Linear
 from fp8rl.numerics.recipes import OperandSpec
 from fp8rl.numerics.rollout import Fp8RolloutLinear
-from fp8rl.numerics.scaling import _grouped, _multipliers, _resolve_block, _to_2d
+from fp8rl.numerics.scaling import _multipliers, _scaled_groups
 
 __all__ = ["STAT_NAMES", "fp8_tensor_stats", "record_activation_stats", "weight_fp8_stats"]
 
@@ -47,13 +47,12 @@ def fp8_tensor_stats(
     saturation happens.
     """
     info = format_info(spec.fmt)
-    x2d = _to_2d(x.detach().float())
-    br, bc = _resolve_block(tuple(x2d.shape), spec.block(contract_dim), "pad")
-    g, _, _ = _grouped(x2d, br, bc)
-    amax = g.abs().amax(dim=(1, 3), keepdim=True)
+    x = x.detach().float()
+    g, mult, _, _ = _scaled_groups(x, spec.fmt, spec.block(contract_dim), spec.pow2_scales, "pad")
+    amax = x.abs().max()
     if reference_amax is not None:
-        amax = torch.full_like(amax, reference_amax)
-    mult = _multipliers(amax, info.max, spec.pow2_scales)
+        amax = torch.tensor(reference_amax)
+        mult = _multipliers(torch.full_like(mult, reference_amax), info.max, spec.pow2_scales)
     scaled = g * mult
     # saturated: beyond max by at least half an FP8 ulp, i.e. an unbounded-range FP8 would
     # have rounded it to a larger value (the amax element itself may land a hair over max)
@@ -63,15 +62,15 @@ def fp8_tensor_stats(
     nonzero = g != 0
     underflow = ((q == 0) & nonzero).sum()
     err = (q / mult - g).pow(2).sum()
-    n = x2d.numel()
+    n = x.numel()
     scale = mult.reciprocal()
     return {
-        "amax": amax.max().item(),
+        "amax": amax.item(),
         "scale_min": scale.min().item(),
         "scale_max": scale.max().item(),
         "saturated_frac": saturated.item() / n,
         "underflow_frac": underflow.item() / max(int(nonzero.sum()), 1),
-        "rel_rmse": (err / x2d.pow(2).sum().clamp(min=1e-30)).sqrt().item(),
+        "rel_rmse": (err / x.pow(2).sum().clamp(min=1e-30)).sqrt().item(),
     }
 
 
