@@ -43,7 +43,7 @@ from fp8rl.numerics.bf16 import is_bf16_emulated, round_bf16
 from fp8rl.numerics.linears import Bf16Linear
 from fp8rl.numerics.rollout import Fp8RolloutLinear
 
-__all__ = ["SampleBatch", "Sampler", "score"]
+__all__ = ["SampleBatch", "Sampler", "response_inputs", "response_log_probs", "score"]
 
 log = logging.getLogger(__name__)
 
@@ -550,6 +550,49 @@ def _inverse_cdf(probs: torch.Tensor, gen: torch.Generator | None) -> torch.Tens
     return torch.searchsorted(cdf, v, right=True).squeeze(1)
 
 
+def response_inputs(
+    prompts: Sequence[Sequence[int]], tokens: torch.Tensor, mask: torch.Tensor, pad_id: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """``(input_ids, attention_mask, position_ids, P)`` of prompt + response rows for one
+    ordinary forward: prompts left-padded to width ``P``, responses ``tokens`` (B, T) after
+    them (``pad_id`` where ``mask`` is False), positions counting real tokens only."""
+    lens = [len(p) for p in prompts]
+    prompt_ids = _left_pad(prompts, lens, pad_id)
+    P = prompt_ids.shape[1]
+    prompt_valid = torch.arange(P)[None, :] >= (P - torch.tensor(lens))[:, None]
+    attn = torch.cat([prompt_valid, mask.bool()], 1)
+    position_ids = (attn.long().cumsum(1) - 1).clamp_(min=0)
+    return torch.cat([prompt_ids, tokens], 1), attn.long(), position_ids, P
+
+
+def response_log_probs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    prompt_width: int,
+    tokens: torch.Tensor,
+    temperature: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs of the response tokens and the token entropy, after temperature.
+
+    verl's ``logprobs_from_logits(logits / temperature)`` and ``entropy_from_logits``
+    (``logsumexp(z) - sum softmax(z) z``), FP32, one forward over the layout of
+    :func:`response_inputs`. Gradients flow unless the caller disables them (the trainer's
+    updates use this; :func:`score` is its no-gradient form). Returns ``(log_prob,
+    entropy)``, each ``(B, T)``.
+    """
+    P, T = prompt_width, tokens.shape[1]
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+    ).logits
+    z = logits[:, P - 1 : P + T - 1].float() / temperature
+    logp_all = torch.log_softmax(z, -1)
+    log_prob = logp_all.gather(-1, tokens[..., None]).squeeze(-1)
+    entropy = torch.logsumexp(z, -1) - (logp_all.exp() * z).sum(-1)
+    return log_prob, entropy
+
+
 def score(
     model: nn.Module,
     prompts: Sequence[Sequence[int]],
@@ -573,29 +616,17 @@ def score(
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     vocab = int(model.config.vocab_size)
-    lens = _check_prompts(prompts, vocab)
+    _check_prompts(prompts, vocab)
     mask = mask.bool()
     tokens = tokens.masked_fill(~mask, pad_id)
     if int(tokens.min()) < 0 or int(tokens.max()) >= vocab:
         raise ValueError(f"response tokens outside [0, {vocab})")
-    prompt_ids = _left_pad(prompts, lens, pad_id)
-    P, T = prompt_ids.shape[1], tokens.shape[1]
-    if P + T > model.config.max_position_embeddings:
+    input_ids, attn, position_ids, P = response_inputs(prompts, tokens, mask, pad_id)
+    if input_ids.shape[1] > model.config.max_position_embeddings:
         raise ValueError(
-            f"prompt ({P}) + response ({T}) tokens exceed max_position_embeddings="
-            f"{model.config.max_position_embeddings}"
+            f"prompt ({P}) + response ({tokens.shape[1]}) tokens exceed "
+            f"max_position_embeddings={model.config.max_position_embeddings}"
         )
-    prompt_valid = torch.arange(P)[None, :] >= (P - torch.tensor(lens))[:, None]
-    attn = torch.cat([prompt_valid, mask], 1)
-    position_ids = (attn.long().cumsum(1) - 1).clamp_(min=0)
     with torch.no_grad():
-        logits = model(
-            input_ids=torch.cat([prompt_ids, tokens], 1),
-            attention_mask=attn.long(),
-            position_ids=position_ids,
-        ).logits
-        scores = logits[:, P - 1 : P + T - 1].float()
-        if temperature != 1.0:
-            scores = scores / temperature
-        lp = torch.log_softmax(scores, -1).gather(-1, tokens[..., None]).squeeze(-1)
+        lp, _ = response_log_probs(model, input_ids, attn, position_ids, P, tokens, temperature)
     return lp.masked_fill(~mask, 0.0)

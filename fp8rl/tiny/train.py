@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from fp8rl.numerics import (
     RolloutQuantConfig,
@@ -77,7 +76,7 @@ from fp8rl.runs import (
 )
 from fp8rl.tiny.evaluate import EvalConfig, evaluate
 from fp8rl.tiny.model import get_preset
-from fp8rl.tiny.sampler import Sampler
+from fp8rl.tiny.sampler import Sampler, response_inputs, response_log_probs
 from fp8rl.tiny.sft import SFTConfig, build_base_model, encode_problem
 from fp8rl.tiny.tasks import training_mix
 from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID, VOCAB_SIZE_PADDED
@@ -94,7 +93,6 @@ __all__ = [
     "logratio_breakdown",
     "noise_probe",
     "sample_dump",
-    "token_log_probs",
     "train",
     "train_run",
 ]
@@ -456,49 +454,17 @@ def _pad_rows(
     responses: list[list[int]],
     logprobs: list[torch.Tensor],
 ) -> tuple[torch.Tensor, ...]:
-    P, T = max(map(len, prompts)), max(max(map(len, responses)), 1)
+    T = max(max(map(len, responses)), 1)
     B = len(prompts)
-    prompt_ids = torch.full((B, P), PAD_ID, dtype=torch.long)
-    prompt_valid = torch.zeros(B, P, dtype=torch.bool)
     tokens = torch.full((B, T), PAD_ID, dtype=torch.long)
     mask = torch.zeros(B, T, dtype=torch.bool)
     lp = torch.zeros(B, T)
-    for i, (p, r, q) in enumerate(zip(prompts, responses, logprobs, strict=True)):
-        prompt_ids[i, P - len(p) :] = torch.tensor(p)
-        prompt_valid[i, P - len(p) :] = True
+    for i, (r, q) in enumerate(zip(responses, logprobs, strict=True)):
         tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
         mask[i, : len(r)] = True
         lp[i, : len(r)] = q
-    attn = torch.cat([prompt_valid, mask], 1)
-    position_ids = (attn.long().cumsum(1) - 1).clamp_(min=0)  # as fp8rl.tiny.sampler.score
-    return torch.cat([prompt_ids, tokens], 1), attn.long(), position_ids, P, tokens, mask, lp
-
-
-def token_log_probs(
-    model: nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    position_ids: torch.Tensor,
-    prompt_width: int,
-    tokens: torch.Tensor,
-    temperature: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probs of the response tokens and the token entropy, after temperature.
-
-    verl's ``logprobs_from_logits(logits / temperature)`` and ``entropy_from_logits``
-    (``logsumexp(z) - sum softmax(z) z``), FP32, one forward over prompt + response with the
-    same layout as :func:`fp8rl.tiny.sampler.score`. Gradients flow unless the caller
-    disables them. Returns ``(log_prob, entropy)``, each ``(B, T)``.
-    """
-    P, T = prompt_width, tokens.shape[1]
-    logits = model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
-    ).logits
-    z = logits[:, P - 1 : P + T - 1].float() / temperature
-    logp_all = torch.log_softmax(z, -1)
-    log_prob = logp_all.gather(-1, tokens[..., None]).squeeze(-1)
-    entropy = torch.logsumexp(z, -1) - (logp_all.exp() * z).sum(-1)
-    return log_prob, entropy
+    input_ids, attn, position_ids, P = response_inputs(prompts, tokens, mask, PAD_ID)
+    return input_ids, attn, position_ids, P, tokens, mask, lp
 
 
 def sample_dump(
@@ -714,9 +680,9 @@ def noise_probe(
     token_rewards[torch.arange(B), mask.sum(1) - 1] = torch.tensor([r["score"] for r in rows])
     advantages, _ = grpo_outcome_advantage(token_rewards, mask, [r["group"] for r in rows])
     args = (input_ids, attn, position_ids, P, tokens, cfg.temperature)
-    trainer_lp = token_log_probs(model, *args)[0]
+    trainer_lp = response_log_probs(model, *args)[0]
     with high_precision(model):
-        bf16_lp = token_log_probs(model, *args)[0]
+        bf16_lp = response_log_probs(model, *args)[0]
     return {
         "noise/responses": float(B),
         "noise/tokens": float(mask.sum()),
@@ -898,13 +864,13 @@ def train_run(
             for idx in minibatches:
                 args = (*(x[idx] for x in inputs), P, tokens[idx], cfg.temperature)
                 with record_activation_stats(model) as act_stats:  # FP8 input casts
-                    trainer_lp[idx], entropy[idx] = token_log_probs(model, *args)
+                    trainer_lp[idx], entropy[idx] = response_log_probs(model, *args)
                 if ref_model is not None:
-                    ref_lp[idx] = token_log_probs(ref_model, *args)[0]
+                    ref_lp[idx] = response_log_probs(ref_model, *args)[0]
                 if calibrating:
                     t1 = time.perf_counter()
                     with high_precision(model):
-                        old_lp_bf16[idx] = token_log_probs(model, *args)[0]
+                        old_lp_bf16[idx] = response_log_probs(model, *args)[0]
                     shadow_s += time.perf_counter() - t1
         old_lp = trainer_lp if cfg.old_logprob_source == "trainer" else rollout_lp
         timing["timing_s/old_log_prob"] = time.perf_counter() - t0 - shadow_s
@@ -926,7 +892,7 @@ def train_run(
         for epoch in range(cfg.ppo_epochs):
             for j, idx in enumerate(minibatches):
                 args = (*(x[idx] for x in inputs), P, tokens[idx], cfg.temperature)
-                log_prob, _ = token_log_probs(model, *args)
+                log_prob, _ = response_log_probs(model, *args)
                 loss, m = ppo_clip_loss(
                     old_lp[idx],
                     log_prob,
@@ -957,7 +923,7 @@ def train_run(
                 if calibrating and epoch == cfg.ppo_epochs - 1 and after_update:
                     t1 = time.perf_counter()
                     with torch.no_grad(), high_precision(model):
-                        cal_lp_bf16[idx] = token_log_probs(model, *args)[0]
+                        cal_lp_bf16[idx] = response_log_probs(model, *args)[0]
                     shadow_s += time.perf_counter() - t1
                     cal_lp_fp8[idx] = log_prob.detach()
                     cal_mask[idx] = loss_mask[idx].bool()
@@ -994,9 +960,9 @@ def train_run(
         if probe_inputs is not None:  # a broken re-quantisation shows here at once
             *pinputs, pP, ptokens, pmask, _ = probe_inputs
             with torch.no_grad():
-                lp_rollout = token_log_probs(rollout_model, *pinputs, pP, ptokens, 1.0)[0]
+                lp_rollout = response_log_probs(rollout_model, *pinputs, pP, ptokens, 1.0)[0]
                 with high_precision(model):
-                    lp_master = token_log_probs(model, *pinputs, pP, ptokens, 1.0)[0]
+                    lp_master = response_log_probs(model, *pinputs, pP, ptokens, 1.0)[0]
             gap = (lp_rollout - lp_master)[pmask].abs()
             health = {
                 "fp8rl/health/probe_logprob_absdiff_mean": float(gap.mean()),

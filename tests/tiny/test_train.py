@@ -17,9 +17,9 @@ import torch
 
 from fp8rl.runs import RunStore
 from fp8rl.tiny.evaluate import EvalConfig
-from fp8rl.tiny.sampler import score
+from fp8rl.tiny.sampler import response_log_probs, score
 from fp8rl.tiny.sft import SFTConfig, build_base_model
-from fp8rl.tiny.train import TrainConfig, token_log_probs, train
+from fp8rl.tiny.train import TrainConfig, train
 
 QUICK_BASE = SFTConfig(preset="tiny-test", steps=30, batch_size=16, pool_size=500, eval_limit=4)
 
@@ -135,7 +135,7 @@ def test_trainer_log_probs_match_score(cache) -> None:
         prompts, responses, [torch.zeros(len(r)) for r in responses]
     )
     with torch.no_grad():
-        lp, ent = token_log_probs(base.model, ids, attn, pos, P, tokens, 0.7)
+        lp, ent = response_log_probs(base.model, ids, attn, pos, P, tokens, 0.7)
     ref = score(base.model, prompts, tokens, mask, 0.7)
     torch.testing.assert_close(lp.masked_fill(~mask, 0.0), ref, atol=1e-5, rtol=0)
     assert (ent[mask] > 0).all()
