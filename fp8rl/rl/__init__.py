@@ -33,6 +33,7 @@ from fp8rl.rl.diagnostics import (
     clip_diagnostics,
     logratio_histogram,
     quantiles_linear,
+    shadow_clip_comparison,
 )
 from fp8rl.rl.losses import (
     POLICY_LOSSES,
@@ -83,5 +84,6 @@ __all__ = [
     "ppo_clip_loss",
     "quantiles_linear",
     "resolve_bounds",
+    "shadow_clip_comparison",
     "update_mass",
 ]

@@ -45,6 +45,8 @@ per-micro-batch shares, like verl's own ``actor/pg_clipfrac``.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 #: Bin edges of the log-ratio histograms, in log-ratio units (log r). Bin ``b00`` is
@@ -212,3 +214,65 @@ def to_floats(metrics: dict[str, torch.Tensor | float]) -> dict[str, float]:
         stacked = torch.stack([metrics[k].detach().to(torch.float64).reshape(()) for k in keys])
         out.update(zip(keys, stacked.cpu().tolist(), strict=True))
     return out
+
+
+def shadow_clip_comparison(
+    log_ratio_bf16: torch.Tensor,
+    log_ratio_fp8: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    nominal_bounds: tuple[float, float],
+    active_bounds: tuple[float, float],
+    prefix: str = "fp8rl/shadow",
+) -> dict[str, float]:
+    """What each precision clips on the same tokens: the check of Calibrated Clipping.
+
+    ``log_ratio_bf16`` is ``log pi_theta - log pi_old`` of the BF16 shadow (same weights,
+    high precision), ``log_ratio_fp8`` the training precision's; both over the same tokens.
+    The BF16 shadow is clipped at the *nominal* bounds (``1 - eps_low``, ``1 + eps_high``:
+    the trust region the algorithm means), the FP8 run at the *active* ones (calibrated or
+    not). Calibrated Clipping does its job when, on steps after a calibration, the FP8
+    shares come closer to the shadow's than they are with the nominal bounds.
+
+    Returns ``<prefix>/clipfrac_low_negadv_{bf16,fp8}``, ``<prefix>/clipfrac_high_posadv_
+    {bf16,fp8}`` (shares of the masked tokens of that advantage sign), the FP8-minus-BF16
+    differences ``<prefix>/clipfrac_low_negadv_gap`` / ``..._high_posadv_gap``, the same
+    FP8 share at the nominal bounds (``..._fp8_nominal``), and the token counts.
+    """
+    if not (log_ratio_bf16.shape == log_ratio_fp8.shape == advantages.shape == mask.shape):
+        raise ValueError(
+            "log_ratio_bf16, log_ratio_fp8, advantages and mask must share a shape, got "
+            f"{tuple(log_ratio_bf16.shape)}, {tuple(log_ratio_fp8.shape)}, "
+            f"{tuple(advantages.shape)}, {tuple(mask.shape)}"
+        )
+    m = mask.bool()
+    lb = log_ratio_bf16.detach()[m].double()
+    lf = log_ratio_fp8.detach()[m].double()
+    adv = advantages.detach()[m].double()
+    neg, pos = adv < 0, adv > 0
+    (nom_low, nom_high), (act_low, act_high) = nominal_bounds, active_bounds
+    if not (0 < nom_low <= 1 <= nom_high and 0 < act_low <= 1 <= act_high):
+        raise ValueError(
+            f"bounds must satisfy 0 < low <= 1 <= high, got {nominal_bounds}, {active_bounds}"
+        )
+
+    def share(sel: torch.Tensor, of: torch.Tensor) -> float:
+        n = int(of.sum())
+        return float((sel & of).sum()) / n if n else 0.0
+
+    low_b = share(lb < math.log(nom_low), neg)
+    low_f = share(lf < math.log(act_low), neg)
+    high_b = share(lb > math.log(nom_high), pos)
+    high_f = share(lf > math.log(act_high), pos)
+    return {
+        f"{prefix}/clipfrac_low_negadv_bf16": low_b,
+        f"{prefix}/clipfrac_low_negadv_fp8": low_f,
+        f"{prefix}/clipfrac_low_negadv_fp8_nominal": share(lf < math.log(nom_low), neg),
+        f"{prefix}/clipfrac_low_negadv_gap": low_f - low_b,
+        f"{prefix}/clipfrac_high_posadv_bf16": high_b,
+        f"{prefix}/clipfrac_high_posadv_fp8": high_f,
+        f"{prefix}/clipfrac_high_posadv_fp8_nominal": share(lf > math.log(nom_high), pos),
+        f"{prefix}/clipfrac_high_posadv_gap": high_f - high_b,
+        f"{prefix}/n_negadv": float(neg.sum()),
+        f"{prefix}/n_posadv": float(pos.sum()),
+    }

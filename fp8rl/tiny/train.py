@@ -64,6 +64,7 @@ from fp8rl.rl import (
     masked_mean,
     overlong_penalty,
     ppo_clip_loss,
+    shadow_clip_comparison,
 )
 from fp8rl.runs import (
     Decision,
@@ -203,6 +204,7 @@ class TrainConfig:
     calib_lower_only: bool = CalibratorConfig.lower_only
     calib_calibrate_at_start: bool = CalibratorConfig.calibrate_at_start
     calib_max_step: float | None = CalibratorConfig.max_step
+    shadow_every: int = 0
     eval: EvalConfig = field(default_factory=lambda: EvalConfig(limit=8))
     eval_every: int = 0
     eval_precision: str = "rollout"
@@ -252,7 +254,13 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise bad(f"{name} must be a positive integer, got {value!r}")
-        for name in ("eval_every", "checkpoint_every", "probe_size", "dump_samples_every"):
+        for name in (
+            "eval_every",
+            "checkpoint_every",
+            "probe_size",
+            "dump_samples_every",
+            "shadow_every",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise bad(f"{name} must be a non-negative integer (0: never), got {value!r}")
@@ -854,6 +862,8 @@ def train_run(
         # on calibration steps also the BF16 shadow forward of the same weights
         t0 = time.perf_counter()
         calibrating = calibrator.is_calibration_step(step)
+        # BF16 shadow forwards: for the calibrator, and as a diagnostic every shadow_every
+        shadowing = calibrating or bool(cfg.shadow_every and step % cfg.shadow_every == 0)
         minibatches = [i for i in torch.arange(B).tensor_split(cfg.ppo_mini_batches) if i.numel()]
         inputs = (input_ids, attn, position_ids)
         trainer_lp, entropy = torch.zeros(B, tokens.shape[1]), torch.zeros(B, tokens.shape[1])
@@ -867,7 +877,7 @@ def train_run(
                     trainer_lp[idx], entropy[idx] = response_log_probs(model, *args)
                 if ref_model is not None:
                     ref_lp[idx] = response_log_probs(ref_model, *args)[0]
-                if calibrating:
+                if shadowing:
                     t1 = time.perf_counter()
                     with high_precision(model):
                         old_lp_bf16[idx] = response_log_probs(model, *args)[0]
@@ -920,7 +930,7 @@ def train_run(
                     after_update or cfg.old_logprob_source == "rollout"
                 )
                 # calibration tokens: each row at its last visit, if that came after an update
-                if calibrating and epoch == cfg.ppo_epochs - 1 and after_update:
+                if shadowing and epoch == cfg.ppo_epochs - 1 and after_update:
                     t1 = time.perf_counter()
                     with torch.no_grad(), high_precision(model):
                         cal_lp_bf16[idx] = response_log_probs(model, *args)[0]
@@ -952,6 +962,19 @@ def train_run(
             )
             # the calibrator itself plus the two BF16 shadow forwards
             timing["timing_s/calibration"] = time.perf_counter() - t0 + shadow_s
+        if shadowing:  # what BF16 (nominal bounds) and this precision (active ones) clip
+            calib_metrics.update(
+                shadow_clip_comparison(
+                    cal_lp_bf16 - old_lp_bf16,
+                    cal_lp_fp8 - old_lp,  # what this run's loss clipped
+                    advantages,
+                    cal_mask,
+                    (1.0 - cfg.clip_eps[0], 1.0 + cfg.clip_eps[1]),
+                    (clip_low, clip_high),
+                )
+            )
+            if not calibrating:
+                timing["timing_s/shadow"] = shadow_s
 
         # ---- 8. weight sync: re-quantise the rollout copy from the updated master
         t0 = time.perf_counter()
@@ -1000,6 +1023,7 @@ def train_run(
             "fp8rl/batch/groups": float(B // cfg.n_samples),
             "fp8rl/batch/sample_rounds": float(n_rounds),
             "fp8rl/calib/is_calibration_step": float(calibrating),
+            "fp8rl/shadow/is_shadow_step": float(shadowing),
             **logratio_breakdown(last_log_ratio, advantages, old_lp, last_mask),
             **calib_metrics,
             **health,

@@ -194,6 +194,30 @@ def test_calibrated_clipping_moves_the_bounds_from_the_next_step(tmp_path, cache
     assert standard[1]["fp8rl/clip_low"] == pytest.approx(0.98)
 
 
+def test_shadow_steps_compare_what_each_precision_clips(tmp_path, cache) -> None:
+    summary = run(
+        tmp_path, cache, recipe="blockwise", clipping="calibrated", calib_period=2, shadow_every=1
+    )
+    first, second = rows(summary.path)
+    # step 1: a shadow step only (no calibration yet: calibrate_at_start is off by default)
+    assert first["fp8rl/shadow/is_shadow_step"] == 1.0
+    assert first["fp8rl/calib/is_calibration_step"] == 0.0
+    assert "fp8rl/calib/new_clip_low" not in first
+    assert first["fp8rl/shadow/n_negadv"] > 0
+    assert rows(summary.path, timing=True)[0]["timing_s/shadow"] > 0
+    # the FP8 share at the active bounds is what the loss clipped on those rows
+    assert first["fp8rl/shadow/clipfrac_low_negadv_fp8"] == pytest.approx(
+        first["fp8rl/shadow/clipfrac_low_negadv_fp8_nominal"]
+    )  # active == nominal before any calibration
+    # step 2 calibrates and still reports the comparison
+    assert second["fp8rl/calib/is_calibration_step"] == 1.0
+    assert "fp8rl/shadow/clipfrac_low_negadv_bf16" in second
+    # without shadow_every the non-calibration steps carry no shadow metrics
+    plain = rows(run(tmp_path / "plain", cache, recipe="blockwise").path)
+    assert "fp8rl/shadow/clipfrac_low_negadv_bf16" not in plain[0]
+    assert plain[0]["fp8rl/shadow/is_shadow_step"] == 0.0
+
+
 def test_dapo_runs_with_its_defaults(tmp_path, cache) -> None:
     cfg = dataclasses.replace(QUICK, algorithm="dapo", eps_low=None, eps_high=None)
     assert cfg.clip_eps == (0.2, 0.28) and cfg.use_dynamic_sampling

@@ -1,0 +1,53 @@
+"""shadow_clip_comparison: what BF16 (nominal bounds) and FP8 (active bounds) clip."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from fp8rl.rl import shadow_clip_comparison
+
+
+def test_shares_by_side_sign_and_bounds() -> None:
+    # six tokens; the last is masked out and would otherwise count everywhere
+    lb = torch.log(torch.tensor([[0.70, 0.90, 1.30, 1.00, 0.79, 0.10]]))
+    lf = torch.log(torch.tensor([[0.85, 0.75, 1.10, 1.25, 0.79, 0.10]]))
+    adv = torch.tensor([[-1.0, -1.0, 1.0, 1.0, -1.0, -1.0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0]])
+    out = shadow_clip_comparison(lb, lf, adv, mask, (0.8, 1.2), (0.78, 1.15))
+    # negative advantages (3 masked): BF16 below 0.8: 0.70, 0.79 -> 2/3;
+    # FP8 below the active 0.78: 0.75 -> 1/3; FP8 below the nominal 0.8: 0.75, 0.79 -> 2/3
+    assert out["fp8rl/shadow/clipfrac_low_negadv_bf16"] == pytest.approx(2 / 3)
+    assert out["fp8rl/shadow/clipfrac_low_negadv_fp8"] == pytest.approx(1 / 3)
+    assert out["fp8rl/shadow/clipfrac_low_negadv_fp8_nominal"] == pytest.approx(2 / 3)
+    assert out["fp8rl/shadow/clipfrac_low_negadv_gap"] == pytest.approx(-1 / 3)
+    # positive advantages (2): BF16 above 1.2: 1.30 -> 1/2; FP8 above 1.15: 1.25 -> 1/2
+    assert out["fp8rl/shadow/clipfrac_high_posadv_bf16"] == pytest.approx(0.5)
+    assert out["fp8rl/shadow/clipfrac_high_posadv_fp8"] == pytest.approx(0.5)
+    assert out["fp8rl/shadow/clipfrac_high_posadv_fp8_nominal"] == pytest.approx(0.5)
+    assert (out["fp8rl/shadow/n_negadv"], out["fp8rl/shadow/n_posadv"]) == (3.0, 2.0)
+
+
+def test_no_tokens_of_a_sign_gives_zero_shares() -> None:
+    z = torch.zeros(1, 3)
+    out = shadow_clip_comparison(
+        z, z - 1.0, torch.ones(1, 3), torch.ones(1, 3), (0.8, 1.2), (0.8, 1.2)
+    )
+    assert out["fp8rl/shadow/clipfrac_low_negadv_fp8"] == 0.0
+    assert out["fp8rl/shadow/n_negadv"] == 0.0
+    assert not any(math.isnan(v) for v in out.values())
+
+
+@pytest.mark.parametrize(
+    "shapes, bounds, message",
+    [
+        (((1, 3), (1, 2)), ((0.8, 1.2), (0.8, 1.2)), "share a shape"),
+        (((1, 3), (1, 3)), ((1.2, 0.8), (0.8, 1.2)), "0 < low <= 1 <= high"),
+    ],
+)
+def test_bad_input_is_rejected(shapes, bounds, message) -> None:
+    a, b = (torch.zeros(s) for s in shapes)
+    with pytest.raises(ValueError, match=message):
+        shadow_clip_comparison(a, b, torch.zeros(1, 3), torch.ones(1, 3), *bounds)
