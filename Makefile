@@ -51,6 +51,10 @@ bench-numerics: setup ## Time fwd+bwd of a small transformer per precision recip
 bench-loss: setup ## Time loss + diagnostics + calibration on a 256x4096-token batch vs verl's loss
 	$(PY) benchmarks/bench_loss.py
 
+.PHONY: bench-trainer
+bench-trainer: setup ## Time the tiny RL step by phase per recipe, and the calibration overhead at K=20
+	$(PY) benchmarks/bench_trainer.py
+
 .PHONY: clean
 clean: ## Remove caches (keeps .venv and runs/)
 	rm -rf .pytest_cache .ruff_cache build *.egg-info
