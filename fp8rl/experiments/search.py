@@ -406,7 +406,12 @@ class SearchSpec:
                 )
         if not isinstance(self.objective, ObjectiveSpec):
             raise bad(f"objective must be an ObjectiveSpec, got {type(self.objective).__name__}")
-        if not isinstance(self.params, Mapping) or not self.params:
+        if not isinstance(self.params, Mapping):
+            raise bad(
+                "params must be a mapping of override key -> Hydra sweep expression, got "
+                f"{self.params!r}"
+            )
+        if not self.params:
             raise bad(
                 "params is empty: name at least one override key to search over, e.g. "
                 "params: {clipping.period: choice(10, 20, 40)}"
@@ -419,7 +424,9 @@ class SearchSpec:
                 )
         self.distributions()  # every expression parses into a valid distribution
         overrides = self.overrides
-        if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
+        if not isinstance(overrides, list | tuple) or not all(
+            isinstance(o, str) for o in overrides
+        ):
             raise bad(f"overrides must be a list of 'key=value' strings, got {overrides!r}")
         object.__setattr__(self, "overrides", tuple(overrides))
         fixed = {o.split("=", 1)[0].lstrip("+~") for o in self.overrides}
@@ -504,8 +511,9 @@ class SearchSpec:
                 f"search spec: unknown objective keys {extra}; expected name, metric, direction"
             )
         values["objective"] = ObjectiveSpec(**objective)
-        values["overrides"] = tuple(values.get("overrides") or ())
-        values["params"] = dict(values.get("params") or {})
+        overrides = values.get("overrides") or ()
+        values["overrides"] = tuple(overrides) if isinstance(overrides, list) else overrides
+        values["params"] = values.get("params") or {}
         return cls(**values)
 
 
@@ -771,17 +779,27 @@ def _run_trial(
             on_step=reporter,
             rerun_failed=spec.rerun_failed,
         )
+    except RunPruned as stop:  # a train_fn that lets it through: the store marked it pruned
+        trial.set_user_attr("run_status", "pruned")
+        finish(TrialState.PRUNED, None, f"pruned after step {stop.step} (run {run_id})")
+        return
     except Exception as exc:  # the run store has marked the run failed, with this reason
         trial.set_user_attr("decision", "failed")
         fail(f"run {run_id} failed: {type(exc).__name__}: {exc}")
         return
+    if summary.run_id != run_id:  # train_fn keys runs by more than compose's config
+        log.warning("trial %d: run id %s, not %s as composed", trial.number, summary.run_id, run_id)
+        run_id = summary.run_id
+        trial.set_user_attr("run_id", run_id)
+        run_dir = store.run_dir(spec.experiment, run_id)
     decision, status = str(summary.decision), str(summary.status)
     trial.set_user_attr("decision", decision)
     trial.set_user_attr("run_status", status)
     if status == "pruned":
         if decision == "pruned":  # pruned by an earlier search: its history, no recompute
             reporter.replay(history_rows(run_dir))
-        finish(TrialState.PRUNED, None, f"pruned (run {run_id}, {decision})")
+        detail = f"pruned after step {summary.last_step} (run {run_id}, {decision})"
+        finish(TrialState.PRUNED, None, detail)
         return
     if status != "done" or decision == "stale":
         reason = store.run_info(spec.experiment, run_id).reason if run_dir.is_dir() else ""

@@ -229,6 +229,38 @@ def test_a_trial_the_pruner_stops_ends_pruned_in_optuna_and_in_the_run_store(
     assert files(info.path) == before
 
 
+def test_a_backend_that_lets_run_pruned_through_still_ends_pruned(tmp_path) -> None:
+    """A train_fn without the tiny trainer's handling: ``Run.close`` marks the run."""
+
+    def bare_train(cfg, store, experiment, *, on_step, **kwargs):
+        with store.open_run(experiment, cfg) as run:
+            for step in (1, 2, 3):
+                run.log_metrics(step, {"loss": cfg["lr"] * step})
+                on_step(step, {"loss": cfg["lr"] * step})
+            run.mark("done")
+        raise AssertionError("not pruned")
+
+    bare = spec(
+        params={"lr": "interval(1.0, 2.0)"},
+        overrides=[],
+        intermediate="loss",
+        pruner={"name": "threshold", "upper": 0.5},  # any loss is too high
+        objective={"name": "final_metric", "metric": "loss", "direction": "minimize"},
+        n_trials=1,
+    )
+    store = RunStore(tmp_path / "runs")
+
+    def compose_plain(overrides: list[str]) -> dict:
+        (override,) = overrides
+        return {"lr": float(override.removeprefix("lr="))}
+
+    (trial,) = run_search(bare, compose_plain, store, train_fn=bare_train).trials
+    assert trial.state is TrialState.PRUNED and list(trial.intermediate_values) == [1]
+    info = store.run_info("search", trial.user_attrs["run_id"])
+    assert info.status == "pruned" and "trial 0: loss = " in info.reason
+    assert info.config == {"lr": trial.params["lr"]}
+
+
 def test_a_failed_run_is_a_failed_trial_and_is_not_rerun(tmp_path, cache, monkeypatch) -> None:
     real = trainer.ppo_clip_loss
 
@@ -309,6 +341,8 @@ def test_one_process_drives_a_study_at_a_time(tmp_path) -> None:
         ({"objective": {"name": "final_metric"}}, "needs objective.metric"),
         ({"objective": {"name": "final_accuracy", "direction": "minimize"}}, "search for the"),
         ({"params": {}}, "params is empty"),
+        ({"params": ["clipping.period"]}, "params must be a mapping"),
+        ({"overrides": "clipping=calibrated"}, "overrides must be a list"),
         ({"params": {"clipping.smoothing": "interval(0.9, 0.1)"}}, "needs low < high"),
         ({"params": {"clipping.smoothing": "tag(log, interval(0, 1))"}}, "needs low > 0"),
         ({"params": {"clipping.period": "range(5, 1)"}}, "empty range"),
