@@ -22,7 +22,7 @@ from fp8rl.runs.checkpoints import (
     restore_rng_state,
     save_checkpoint,
 )
-from fp8rl.runs.errors import CorruptLogError, RunLockedError, RunStoreError
+from fp8rl.runs.errors import CorruptLogError, RunLockedError, RunPruned, RunStoreError
 from fp8rl.runs.ids import (
     RESULTS_VERSION,
     canonical_json,
@@ -52,6 +52,7 @@ __all__ = [
     "Run",
     "RunInfo",
     "RunLockedError",
+    "RunPruned",
     "RunStatus",
     "RunStore",
     "RunStoreError",

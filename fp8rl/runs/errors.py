@@ -30,3 +30,18 @@ class CorruptLogError(RunStoreError):
         self.path = path
         self.line_number = line_number
         super().__init__(f"{path}:{line_number}: {problem}")
+
+
+class RunPruned(Exception):
+    """Raised inside a run to stop it for good: a search decided it is not worth finishing.
+
+    Leaving :meth:`RunStore.open_run`'s ``with`` block with it marks the run ``pruned``
+    (not ``failed``) with ``reason``; its logs and checkpoints stay, and every later
+    ``open_run`` of the same config answers ``Decision.PRUNED`` and never re-runs it.
+    ``step`` is the last step the run logged, when the raiser knows it.
+    """
+
+    def __init__(self, reason: str, step: int | None = None) -> None:
+        self.reason = reason
+        self.step = step
+        super().__init__(reason)

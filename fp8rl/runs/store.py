@@ -27,8 +27,9 @@ Layout (``DESIGN.md``, "The run store")::
 - ``pruned``: a search pruned it; never re-run.
 
 Only ``start`` and ``resume`` hold the lock and may write. Leaving the ``with``
-block marks a still-``running`` run ``failed`` on an exception, ``pending`` on
-KeyboardInterrupt/SystemExit or when left without a final status.
+block marks a still-``running`` run ``pruned`` on :class:`RunPruned` (a search
+stopped it; the reason is the exception's), ``failed`` on any other exception,
+``pending`` on KeyboardInterrupt/SystemExit or when left without a final status.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from fp8rl.runs.checkpoints import (
     load_checkpoint,
     save_checkpoint,
 )
-from fp8rl.runs.errors import RunStoreError
+from fp8rl.runs.errors import RunPruned, RunStoreError
 from fp8rl.runs.ids import (
     RESULTS_VERSION,
     config_sha256,
@@ -281,7 +282,8 @@ class Run:
     # ------------------------------------------------------------------ leaving
 
     def close(self, exc: BaseException | None = None) -> None:
-        """Release the lock; a still-running run becomes failed (on exception) or pending."""
+        """Release the lock; a still-running run becomes pruned (on :class:`RunPruned`),
+        failed (on any other exception) or pending (interrupt, or no exception)."""
         if not self.writable:
             return
         try:
@@ -289,6 +291,8 @@ class Run:
                 if exc is None:
                     logger.warning("%r closed while running; marking it pending", self)
                     self.mark(RunStatus.PENDING, "closed without a final status")
+                elif isinstance(exc, RunPruned):
+                    self.mark(RunStatus.PRUNED, exc.reason[:2000])
                 elif isinstance(exc, Exception):
                     self.mark(RunStatus.FAILED, f"{type(exc).__name__}: {exc}"[:2000])
                 else:

@@ -70,6 +70,7 @@ from fp8rl.runs import (
     Decision,
     RngStreams,
     Run,
+    RunPruned,
     RunStore,
     TrainState,
     atomic_write_json,
@@ -726,8 +727,17 @@ def train(
 
     ``max_steps_this_call`` stops after that many steps, leaving the run ``pending`` (the
     next call resumes it from its last checkpoint); ``cache_dir`` is the base-model cache
-    (``fp8rl.tiny.sft``); ``on_step(step, metrics)`` is called after each logged step
-    (progress bars).
+    (``fp8rl.tiny.sft``).
+
+    ``on_step(step, values)`` is called after each step is logged (and evaluated, on eval
+    steps) and before it is checkpointed: ``values`` holds the step's training metrics
+    and, on eval steps, that evaluation's ``val-core/...``/``val-aux/...`` metrics too
+    (a fresh dict; the pre-training evaluation at step 0 is not passed). For progress
+    displays and for a search's pruner: raising :class:`fp8rl.runs.RunPruned` from it
+    ends the run ``pruned`` (reason ``"pruned after step <n>: <its reason>"``), keeping
+    its logs and earlier checkpoints, and ``train`` *returns* a summary with
+    ``status == "pruned"`` (pruning is an outcome, not an error). Any other exception
+    from it fails the run and propagates.
     """
     if not isinstance(store, RunStore):
         store = RunStore(store)
@@ -823,6 +833,7 @@ def train_run(
     )
     metrics: dict[str, float] = {}
     step = start - 1
+    pruned = False
     for step in range(start, end + 1):
         t_step = time.perf_counter()
         timing: dict[str, float] = {}
@@ -1038,8 +1049,6 @@ def train_run(
         timing["timing_s/step"] = time.perf_counter() - t_step
         metrics.update(timing)
         run.log_metrics(step, metrics)
-        if on_step is not None:
-            on_step(step, metrics)
         if cfg.dump_samples_every and step % cfg.dump_samples_every == 0:
             k = min(cfg.dump_samples, B)
             dump = sample_dump(
@@ -1054,12 +1063,24 @@ def train_run(
             atomic_write_json(
                 run.samples_dir / f"step_{step:08d}.json", {"step": step, "samples": dump}
             )
+        step_eval: dict[str, float] = {}
         if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
-            last_eval = run_eval(step)
+            last_eval = step_eval = run_eval(step)
+        if on_step is not None:  # progress display, or a search's pruner (may stop the run)
+            try:
+                on_step(step, {**metrics, **step_eval})
+            except RunPruned as stop:
+                reason = f"pruned after step {step}: {stop.reason}"
+                run.mark("pruned", reason)
+                log.info("%r: %s", run, reason)
+                pruned = True
+                break
         if (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step in (end, cfg.steps):
             run.save_checkpoint(step, state.state_dict(), keep_last=cfg.keep_checkpoints)
 
-    if step >= cfg.steps:
+    if pruned:
+        pass  # marked above; no checkpoint of this step (a pruned run is never resumed)
+    elif step >= cfg.steps:
         run.mark("done")
     else:
         run.mark("pending", f"stopped after step {step} (max_steps_this_call)")

@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 from fp8rl.runs import (
     Decision,
+    RunPruned,
     RunStatus,
     RunStore,
     RunStoreError,
@@ -108,6 +109,26 @@ def test_pruned_runs_are_never_rerun(store: RunStore) -> None:
         run.mark("pruned", "optuna: worse than median at step 40")
     again = store.open_run("exp", CONFIG, rerun_failed=True, rerun_stale=True)
     assert again.decision is Decision.PRUNED
+
+
+def test_raising_run_pruned_ends_the_run_pruned_with_logs_and_checkpoint(
+    store: RunStore,
+) -> None:
+    with pytest.raises(RunPruned), store.open_run("exp", CONFIG) as run:
+        run.log_metrics(1, {"x": 1.0})
+        run.save_checkpoint(1, {"x": 1})
+        run.log_metrics(2, {"x": 2.0})
+        raise RunPruned("optuna: trial 3 below the median at step 2", step=2)
+    status = run.status
+    assert status["status"] == "pruned" and status["finished_at"]
+    assert status["reason"] == "optuna: trial 3 below the median at step 2"
+    assert not run.writable
+    again = store.open_run("exp", CONFIG, rerun_failed=True)
+    assert again.decision is Decision.PRUNED and not again.should_run
+    assert again.read_metrics().steps == [1, 2]  # logs kept, not cut to the checkpoint
+    assert [step for step, _ in list_checkpoints(again.checkpoints_dir)] == [1]
+    info = store.list_runs("exp")[0]
+    assert info.status is RunStatus.PRUNED and info.reason.startswith("optuna: trial 3")
 
 
 def test_leaving_without_a_final_status_or_on_ctrl_c_leaves_it_pending(store: RunStore) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fp8rl.runs import RunStore
+from fp8rl.runs import RunPruned, RunStore
 from fp8rl.tiny.evaluate import EvalConfig
 from fp8rl.tiny.sampler import response_log_probs, score
 from fp8rl.tiny.sft import SFTConfig, build_base_model
@@ -356,6 +356,33 @@ def test_a_non_finite_loss_fails_the_run_and_keeps_the_last_checkpoint(
     assert info.status == "failed" and "non-finite" in info.reason
     assert [r["step"] for r in rows(info.path)] == [1]
     assert sorted(p.name for p in (info.path / "checkpoints").iterdir()) == ["step_00000001.pt"]
+
+
+def test_a_run_stopped_by_its_on_step_hook_ends_pruned_and_is_never_rerun(tmp_path, cache) -> None:
+    seen: list[tuple[int, dict]] = []
+
+    def pruner(step: int, values: dict) -> None:
+        seen.append((step, values))
+        if step == 2:
+            raise RunPruned("below the median", step=step)
+
+    cfg = dataclasses.replace(QUICK, steps=3, checkpoint_every=1, eval_every=2)
+    store = RunStore(tmp_path / "runs")
+    summary = train(cfg, store, "test", cache_dir=cache, on_step=pruner)
+    assert summary.status == "pruned" and summary.last_step == 2
+    # the hook saw training metrics every step, and the eval's metrics on eval steps
+    assert [step for step, _ in seen] == [1, 2]
+    assert all("actor/entropy" in values for _, values in seen)
+    acc = "val-core/all/acc/mean@1"
+    assert acc not in seen[0][1] and acc in seen[1][1]
+    assert seen[1][1][acc] == rows(summary.path, "eval.jsonl")[-1][acc]
+    info = store.list_runs("test")[0]
+    assert info.status == "pruned" and info.reason == "pruned after step 2: below the median"
+    assert [r["step"] for r in rows(info.path)] == [1, 2]  # logs kept
+    assert sorted(p.name for p in (info.path / "checkpoints").iterdir()) == ["step_00000001.pt"]
+    again = train(cfg, store, "test", cache_dir=cache, on_step=pruner)
+    assert again.decision == "pruned" and again.status == "pruned" and again.last_step == 2
+    assert len(seen) == 2  # not re-run
 
 
 def test_logratio_breakdown_splits_by_sign_probability_and_position() -> None:
