@@ -43,6 +43,14 @@ train-tiny: setup ## One short tiny RL run (blockwise FP8 rollout+training, Cali
 		--rollout_weight_scale block --clipping calibrated --calib_period 5 --steps 30 \
 		--eval_every 15 --eval_limit 50
 
+.PHONY: first-look
+first-look: setup ## The trainer's first look: BF16 RL vs SFT (4 seeds), every recipe, the calibration check
+	$(PY) scripts/first_look.py
+
+.PHONY: noise-table
+noise-table: setup ## Log-ratio noise per precision recipe on the SFT base (the regime chart's x-axis)
+	$(PY) scripts/noise_table.py
+
 .PHONY: bench-numerics
 bench-numerics: setup ## Time fwd+bwd of a small transformer per precision recipe (markdown to stdout)
 	$(PY) benchmarks/bench_numerics.py

@@ -25,6 +25,7 @@ Two choices worth knowing when reading numbers:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -886,10 +887,16 @@ def train_run(
         old_lp_bf16 = torch.zeros(B, tokens.shape[1])
         ref_lp = torch.zeros(B, tokens.shape[1])
         shadow_s = 0.0  # time in BF16 shadow forwards, reported as calibration time
+        act_stats: dict[str, float] = {}
         with torch.no_grad():
-            for idx in minibatches:
+            for j, idx in enumerate(minibatches):
                 args = (*(x[idx] for x in inputs), P, tokens[idx], cfg.temperature)
-                with record_activation_stats(model) as act_stats:  # FP8 input casts
+                # FP8 input-cast statistics of the last mini-batch (they cost a forward's worth)
+                with (
+                    record_activation_stats(model)
+                    if j == len(minibatches) - 1
+                    else contextlib.nullcontext(act_stats)
+                ) as act_stats:
                     trainer_lp[idx], entropy[idx] = response_log_probs(model, *args)
                 if ref_model is not None:
                     ref_lp[idx] = response_log_probs(ref_model, *args)[0]
