@@ -431,3 +431,19 @@ def test_noise_probe_measures_both_noise_sources(tmp_path, cache) -> None:
     ckpt = sorted((summary.path / "checkpoints").iterdir())[-1]
     trained = noise_probe(QUICK, cache_dir=cache, checkpoint=ckpt)
     assert trained[key] != bf16[key]
+
+
+@pytest.mark.slow
+def test_a_default_length_bf16_run_improves_held_out_accuracy(tmp_path) -> None:
+    """The first look's BF16 seed-0 run (docs/tiny_trainer.md): the default setup, tiny-s
+    base (built into the default cache when missing, ~5 min), 60 steps, one thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfg = TrainConfig(eval=EvalConfig(limit=100, k=4, greedy=False), eval_every=60)
+        summary = train(cfg, RunStore(tmp_path / "runs"), "slow")
+    finally:
+        torch.set_num_threads(threads)
+    first, last = rows(summary.path, "eval.jsonl")[0], rows(summary.path, "eval.jsonl")[-1]
+    assert summary.status == "done" and last["step"] == 60
+    assert last["val-core/all/acc/mean@4"] > first["val-core/all/acc/mean@4"]
