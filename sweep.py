@@ -23,7 +23,12 @@ import hydra
 from omegaconf import DictConfig
 from rich.console import Console
 
-from fp8rl.experiments.compose import SEARCHPATH_OVERRIDE, compose, expand_grid
+from fp8rl.experiments.compose import (
+    SEARCHPATH_OVERRIDE,
+    Composer,
+    expand_grid,
+    fixed_overrides,
+)
 from fp8rl.experiments.dispatch import run_one
 from fp8rl.experiments.grid import plan_grid
 from fp8rl.experiments.progress import grid_report, plan_table, report_table
@@ -39,12 +44,10 @@ _FLAGS = ("--status", "--dry-run")
 
 def _plan(overrides: list[str]):
     """(composed primary config with its hydra node, the grid's plan)."""
-    points = [(p, compose(p)) for p in expand_grid(overrides)]
-    return compose(_fixed(overrides), return_hydra_config=True), plan_grid(points)
-
-
-def _fixed(overrides: list[str]) -> list[str]:
-    return [o for o in overrides if "," not in o.split("=", 1)[-1]]
+    with Composer() as compose:
+        points = [(p, compose(p)) for p in expand_grid(overrides, compose)]
+        primary = compose(fixed_overrides(overrides), return_hydra_config=True)
+    return primary, plan_grid(points)
 
 
 def offline(flag: str, overrides: list[str]) -> int:

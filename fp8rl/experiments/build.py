@@ -9,6 +9,7 @@ however it was spelled:
 
 - ``granularity.block_size``: null -> ``mimic_block_size(model.preset)`` when blockwise
   scaling is used; unused (no blockwise training, rollout or reference) -> the default.
+- ``granularity.lm_head`` unused when nothing is FP8.
 - ``train.tis``: null -> on with trainer old log-probs, off with the rollout's;
   ``train.tis_threshold`` unused when TIS is off.
 - ``clipping.*`` calibration knobs (period, smoothing, upper_rule, lower_only,
@@ -142,6 +143,14 @@ def _uses_blocks(v: dict[str, Any]) -> bool:
     )
 
 
+def _uses_fp8(v: dict[str, Any]) -> bool:
+    return (
+        v["recipe"] != "bf16"
+        or v["rollout_weight_scale"] is not None
+        or (v["kl_coef"] > 0 and v["ref_recipe"] not in (None, "bf16"))
+    )
+
+
 def _resolve(v: dict[str, Any]) -> dict[str, str]:
     """Resolve derived values and reset unused ones in place; returns what was reset
     (Hydra key -> why)."""
@@ -158,6 +167,8 @@ def _resolve(v: dict[str, Any]) -> dict[str, str]:
             v["block_size"] = mimic_block_size(v["base.preset"])
     else:
         reset("block_size", "no blockwise scaling in this configuration")
+    if not _uses_fp8(v):
+        reset("include_lm_head", "no FP8 in this configuration")
     if v["tis"] is None:
         v["tis"] = v["old_logprob_source"] == "trainer"
     if not v["tis"]:

@@ -30,10 +30,12 @@ __all__ = [
     "CONF_DIR",
     "SEARCHPATH_OVERRIDE",
     "SWEEPS_DIR",
+    "Composer",
     "compose",
     "compose_train_config",
     "error_message",
     "expand_grid",
+    "fixed_overrides",
     "sweep_params",
 ]
 
@@ -58,26 +60,52 @@ def error_message(exc: BaseException) -> str:
     return "\n".join(parts)
 
 
+class Composer:
+    """Hydra's compose API over the experiment tree, initialised once for many configs::
+
+        with Composer() as compose:
+            cfgs = [compose(["granularity=rowwise", f"seed={s}"]) for s in range(3)]
+
+    Outside the ``with`` block it cannot compose. Raises :class:`ConfigError` on an
+    unknown key, a wrong type or value, a missing group option, or a sweep (``a=1,2``)
+    given where one value is needed, with Hydra's explanation.
+    """
+
+    def __enter__(self) -> Composer:
+        register_configs()
+        self._hydra = initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._hydra.__exit__(*exc)
+
+    def __call__(
+        self,
+        overrides: list[str] | tuple[str, ...] = (),
+        config_name: str = "config",
+        *,
+        return_hydra_config: bool = False,
+    ) -> DictConfig:
+        try:
+            return hydra_compose(
+                config_name,
+                overrides=[*overrides, SEARCHPATH_OVERRIDE],
+                return_hydra_config=return_hydra_config,
+            )
+        except (HydraException, OmegaConfBaseException) as exc:
+            raise ConfigError(error_message(exc)) from None
+
+
 def compose(
     overrides: list[str] | tuple[str, ...] = (),
     config_name: str = "config",
     *,
     return_hydra_config: bool = False,
 ) -> DictConfig:
-    """The config ``sweep.py <overrides>`` would run (one point: no comma sweeps).
-
-    Raises :class:`ConfigError` on an unknown key, a wrong type or value, a missing group
-    option, or a sweep given where one value is needed, with Hydra's explanation.
-    """
-    register_configs()
-    overrides = [*overrides, SEARCHPATH_OVERRIDE]
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return hydra_compose(
-                config_name, overrides=overrides, return_hydra_config=return_hydra_config
-            )
-    except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(error_message(exc)) from None
+    """The config ``sweep.py <overrides>`` would run (one point: no comma sweeps); see
+    :class:`Composer` (use it directly to compose many)."""
+    with Composer() as composer:
+        return composer(overrides, config_name, return_hydra_config=return_hydra_config)
 
 
 def compose_train_config(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
@@ -93,21 +121,29 @@ def _parse(overrides: list[str] | tuple[str, ...]) -> list:
         raise ConfigError(error_message(exc)) from None
 
 
-def sweep_params(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
+def fixed_overrides(overrides: list[str] | tuple[str, ...]) -> list[str]:
+    """The overrides that are not sweeps (``a=1,2``, ``range(...)``, ``choice(...)``)."""
+    return [o.input_line for o in _parse(overrides) if not o.is_sweep_override()]
+
+
+def sweep_params(
+    overrides: list[str] | tuple[str, ...] = (), composer: Composer | None = None
+) -> dict[str, str]:
     """``hydra.sweeper.params`` of the config composed from the non-sweep ``overrides``
     (e.g. the grid an ``+experiment=...`` or ``+sweep=...`` preset defines)."""
-    fixed = [o.input_line for o in _parse(overrides) if not o.is_sweep_override()]
-    cfg = compose(fixed, return_hydra_config=True)
+    cfg = (composer or compose)(fixed_overrides(overrides), return_hydra_config=True)
     params = OmegaConf.select(cfg, "hydra.sweeper.params")
     if not params:
         return {}
     return {str(k): str(v) for k, v in OmegaConf.to_container(params, resolve=False).items()}
 
 
-def expand_grid(overrides: list[str] | tuple[str, ...] = ()) -> list[list[str]]:
+def expand_grid(
+    overrides: list[str] | tuple[str, ...] = (), composer: Composer | None = None
+) -> list[list[str]]:
     """Every point of the grid ``sweep.py -m <overrides>`` would launch, as the override
     list of each job, in Hydra's order (the last key varies fastest)."""
-    params = [f"{k}={v}" for k, v in sweep_params(overrides).items()]
+    params = [f"{k}={v}" for k, v in sweep_params(overrides, composer).items()]
     parsed = _parse([*params, *overrides])
     try:
         (points,) = BasicSweeper.split_arguments(parsed, None)

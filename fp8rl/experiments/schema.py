@@ -388,6 +388,19 @@ RUNTIME_KEYS = (
 )
 
 
+def _unknown_keys(node: DictConfig, schema: DictConfig, prefix: str = "") -> list[str]:
+    """Keys of ``node`` that the schema does not have (``+key=value`` adds them past
+    Hydra's struct check)."""
+    found = []
+    for key in node:
+        name = f"{prefix}{key}"
+        if key not in schema:
+            found.append(name)
+        elif isinstance(schema[key], DictConfig) and isinstance(node[key], DictConfig):
+            found += _unknown_keys(node[key], schema[key], f"{name}.")
+    return found
+
+
 def validate(cfg: DictConfig) -> ExperimentConfig:
     """Range and combination checks of a composed config (the dataclasses' own checks).
 
@@ -399,6 +412,12 @@ def validate(cfg: DictConfig) -> ExperimentConfig:
         node = copy.deepcopy(cfg)
         with read_write(node), open_dict(node):
             del node["hydra"]
+    unknown = _unknown_keys(node, OmegaConf.structured(ExperimentConfig))
+    if unknown:
+        raise ConfigError(
+            f"unknown setting(s) {unknown}: not in the experiment schema (a typo, or a key "
+            "added with '+'); see `python sweep.py --cfg job` for the keys that exist"
+        )
     try:
         obj = OmegaConf.to_object(node)
     except ConfigError:
