@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -172,6 +173,9 @@ class GridSweeper(Sweeper):
         workers = launcher_workers(self.config)
         log.info("\n%s", to_text(plan_table(plan, workers=workers)))
 
+        sweep_dir = Path(self.config.hydra.sweep.dir)  # as Hydra's basic sweeper does
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         to_launch = [p for p in plan.points if p.runs]
         for point in to_launch:
             if point.action == "start":

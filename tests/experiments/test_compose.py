@@ -43,9 +43,7 @@ def test_the_tree_has_the_issues_options() -> None:
     assert options("clipping") == ["calibrated", "lower_only", "standard"]
     assert options("backend") == ["tiny", "verl"]
     assert {"+experiment=table2", "+experiment=dapo_table", "+experiment=test"} <= set(PRESETS)
-    assert {"+sweep=regime", "+sweep=regime_noise", "+sweep=tis", "+sweep=lm_head"} <= set(
-        PRESETS
-    )
+    assert {"+sweep=regime", "+sweep=regime_noise", "+sweep=tis", "+sweep=lm_head"} <= set(PRESETS)
 
 
 def pairwise_combinations() -> list[dict[str, str]]:
@@ -60,9 +58,7 @@ def pairwise_combinations() -> list[dict[str, str]]:
     chosen = []
     for combo in itertools.product(*(values[g] for g in GROUPS)):
         pick = dict(zip(GROUPS, combo, strict=True))
-        pairs = {
-            (g1, pick[g1], g2, pick[g2]) for g1, g2 in itertools.combinations(GROUPS, 2)
-        }
+        pairs = {(g1, pick[g1], g2, pick[g2]) for g1, g2 in itertools.combinations(GROUPS, 2)}
         if pairs & uncovered:
             chosen.append(pick)
             uncovered -= pairs
@@ -73,7 +69,7 @@ def pairwise_combinations() -> list[dict[str, str]]:
 def check_combination(composer: Composer, pick: dict[str, str]) -> None:
     cfg = composer([f"{g}={v}" for g, v in pick.items()])
     if pick["backend"] == "verl":
-        with pytest.raises(ConfigError, match="backend=verl is not available yet.*backend=tiny"):
+        with pytest.raises(ConfigError, match=r"backend=verl is not available yet.*backend=tiny"):
             to_train_config(cfg)
         return
     train = to_train_config(cfg)
@@ -183,7 +179,10 @@ def test_the_regime_sweep_is_symmetric_in_width() -> None:
         (["granularity.training=fp4"], r"expected one of \[bf16, tensorwise, rowwise, blockwise\]"),
         (["clipping.upper_rule=max"], r"expected one of \[balance, quantile\]"),
         # a wrong type
-        (["algorithm.eps_low=wide"], r"(?s)could not be converted to Float.*full_key: algorithm.eps_low"),
+        (
+            ["algorithm.eps_low=wide"],
+            r"(?s)could not be converted to Float.*full_key: algorithm.eps_low",
+        ),
         (["steps=ten"], r"could not be converted to Integer"),
         # a sweep where one value is needed
         (["seed=0,1"], r"(?i)ambiguous value for argument 'seed=0,1'|multirun"),
