@@ -100,6 +100,11 @@ class CostModel:
                 key = _cost_key(info.config, run_threads(info))
                 self.measured.setdefault(key, []).append(statistics.median(steps))
 
+    def measured_step_seconds(self, config: dict[str, Any], threads: int | None) -> float | None:
+        """Median measured seconds per step of runs like ``config``, or None."""
+        found = self.measured.get(_cost_key(config, threads))
+        return statistics.median(found) if found else None
+
     def step_seconds(self, config: dict[str, Any], threads: int | None) -> tuple[float, str]:
         """(seconds per step, where the number comes from) for a run config dict
         (``TrainConfig.to_dict()``)."""

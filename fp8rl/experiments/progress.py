@@ -131,11 +131,15 @@ def grid_report(
 ) -> GridReport:
     """The state of an experiment's runs now: every run in its directory (or only the
     plan's with ``only_plan``), plus the plan's points that have no directory yet.
+    Remaining time per run uses the step times measured so far in this experiment (the
+    plan's estimate until a run like it has logged steps).
     ``started_at`` (epoch seconds) sets the start of "elapsed"; by default the earliest
     creation time of the runs shown."""
     store = RunStore(runs_dir)
     infos = {i.run_id: i for i in store.list_runs(experiment)}
-    costs = costs or CostModel()
+    if costs is None:
+        costs = CostModel()
+        costs.add_runs(infos.values())
     rows: list[ReportRow] = []
     planned: set[str] = set()
     for point in plan.points if plan else []:
@@ -146,7 +150,7 @@ def grid_report(
         state = _state(info) if info else "not started"
         step = info.last_step if info else None
         left = point.steps - (step or 0)
-        per_step = point.step_s
+        per_step = costs.measured_step_seconds(point.config, point.threads) or point.step_s
         remaining = left * per_step + (RUN_OVERHEAD_S if step is None else 0.0)
         rows.append(
             ReportRow(

@@ -226,8 +226,9 @@ def test_a_killed_grid_resumes_where_it_stopped(tmp_path: Path, cache: Path) -> 
     """SIGKILL the sweep process once the second run has checkpointed step 1; the re-run
     finishes the grid, and every run's metrics equal an uninterrupted grid's."""
     root = tmp_path / "runs"
-    grid = [*GRID[:-2], "steps=4", "train.checkpoint_every=1"]
-    points = plan(root, cache).points
+    grid = [*GRID, "steps=4"]  # the later value wins, as on Hydra's command line
+    points = plan(root, cache, "steps=4").points
+    assert points[0].steps == 4
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "sweep.py"), "-m", *grid, *where(root, cache)],
@@ -238,11 +239,12 @@ def test_a_killed_grid_resumes_where_it_stopped(tmp_path: Path, cache: Path) -> 
         start_new_session=True,
     )
     second = root / "test" / points[1].run_id / "checkpoints"
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 180
     while not any(second.glob("step_*.pt")) and time.monotonic() < deadline:
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    assert any(second.glob("step_*.pt")), "the second run never checkpointed"
     store = RunStore(root)
     assert store.run_info("test", points[0].run_id).status.value == "done"
     assert store.run_info("test", points[1].run_id).status.value == "running"  # crashed
