@@ -62,6 +62,12 @@ def _state(info: RunInfo) -> str:
     return info.status.value
 
 
+def _reason(info: RunInfo) -> str:
+    if info.status is RunStatus.RUNNING and info.crashed:
+        return f"crashed (its process is gone); resumes next time. {info.reason}".strip()
+    return info.reason
+
+
 def _describe(config: dict[str, Any]) -> str:
     """A short label of a run from its stored config (runs that are not in the plan)."""
     if not config:
@@ -159,7 +165,7 @@ def grid_report(
                 state,
                 step,
                 point.steps,
-                info.reason if info else "",
+                _reason(info) if info else "",
                 remaining if state in ("running", "pending", "not started") else 0.0,
                 point.index,
             )
@@ -181,7 +187,7 @@ def grid_report(
                     state,
                     info.last_step,
                     steps,
-                    info.reason,
+                    _reason(info),
                     remaining,
                 )
             )

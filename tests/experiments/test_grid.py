@@ -4,6 +4,7 @@ point would do, what it would cost, and what the progress display counts."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,21 @@ def test_status_lists_runs_outside_the_plan_too(tmp_path: Path) -> None:
     assert {r.run_id for r in report.rows} == {plan.points[0].run_id, run.run_id}
     assert "seed=99" in to_text(report_table(report))
     assert json.loads((run.path / "status.json").read_text())["status"] == "done"
+
+
+def test_a_crashed_run_counts_as_pending_and_says_so(tmp_path: Path) -> None:
+    plan = planned(["seed=0"], tmp_path)
+    store = RunStore(tmp_path / "runs")
+    run = store.open_run("test", plan.points[0].config)
+    run.log_metrics(1, {"timing_s/step": 0.5})
+    run._lock.release()  # the process "dies" holding a running status
+    status = run.path / "status.json"
+    record = json.loads(status.read_text())
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    record.update(pid=dead.pid, pid_start=None)
+    status.write_text(json.dumps(record))
+    report = grid_report(tmp_path / "runs", "test", plan)
+    assert report.counts["pending"] == 1 and report.counts["running"] == 0
+    assert "crashed" in report.rows[0].reason
+    assert planned(["seed=0"], tmp_path).points[0].action == "start"  # no checkpoint: restart
