@@ -34,7 +34,14 @@ from omegaconf import DictConfig
 from fp8rl.experiments.build import to_train_config, unused_settings
 from fp8rl.experiments.dispatch import resume_threads_problem, run_config, run_threads
 from fp8rl.experiments.schema import ConfigError
-from fp8rl.runs import RunInfo, RunStatus, RunStore, config_sha256, latest_checkpoint
+from fp8rl.runs import (
+    RunInfo,
+    RunStatus,
+    RunStore,
+    checkpoint_step,
+    config_sha256,
+    latest_checkpoint,
+)
 from fp8rl.runs.jsonl import read_step_log
 from fp8rl.tiny.sft import base_model_key, default_cache_dir
 from fp8rl.tiny.train import TrainConfig
@@ -234,11 +241,12 @@ def plan_point(
             action = "failed"
         elif info.status is RunStatus.RUNNING and not info.crashed:
             action = "running"
-        else:
-            action = "retry" if info.status is RunStatus.FAILED else "start"
-            if checkpoint is not None:
-                action = "retry" if action == "retry" else "resume"
-                done = int(checkpoint.name.split("_")[1].split(".")[0])
+        else:  # pending, crashed, or failed with rerun_failed: started or resumed next
+            done = 0 if checkpoint is None else checkpoint_step(checkpoint)
+            if info.status is RunStatus.FAILED:
+                action = "retry"
+            else:
+                action = "start" if checkpoint is None else "resume"
     elif _has_stale(store, experiment, plain):
         action = "stale"
     base_key = base_model_key(train_cfg.base)

@@ -111,7 +111,9 @@ class GridReport:
 
     @property
     def eta_s(self) -> float:
-        return self.remaining_s / max(self.workers, 1)
+        """Remaining cost over the workers that can be busy (no more than runs left)."""
+        left = sum(1 for r in self.rows if r.state in ("running", "pending"))
+        return self.remaining_s / max(1, min(self.workers, left))
 
     @property
     def elapsed_s(self) -> float | None:
@@ -256,6 +258,7 @@ def plan_table(plan: GridPlan, *, workers: int = 1) -> Table:
     """The dry run: every grid point with its run id, what an invocation would do, and its
     estimated cost; the title totals it."""
     counts = ", ".join(f"{n} {a}" for a, n in sorted(plan.counts().items()))
+    workers = max(1, min(workers, sum(p.runs for p in plan.points)))
     build = (
         f" + {format_seconds(plan.base_build_s)} to build base models" if plan.base_build_s else ""
     )

@@ -142,9 +142,12 @@ class GridSweeper(Sweeper):
     def _log_progress(self, plan: GridPlan, workers: int, table: bool = False) -> list[str]:
         failed: list[str] = []
         for runs_dir, experiment in self._groups(plan):
-            sub = GridPlan(
-                [p for p in plan.points if p.experiment == experiment], plan.varying, 0.0
-            )
+            mine = [
+                p
+                for p in plan.points
+                if p.experiment == experiment and str(p.path.parents[1]) == runs_dir
+            ]
+            sub = GridPlan(mine, plan.varying, 0.0)
             report = grid_report(
                 runs_dir,
                 experiment,
