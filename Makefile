@@ -30,8 +30,8 @@ test-all: setup ## Run every test, slow end-to-end ones included
 
 .PHONY: lint
 lint: setup ## ruff check and format check
-	$(VENV)/bin/ruff check fp8rl tests benchmarks scripts
-	$(VENV)/bin/ruff format --check fp8rl tests benchmarks scripts
+	$(VENV)/bin/ruff check fp8rl tests benchmarks scripts sweep.py hydra_plugins
+	$(VENV)/bin/ruff format --check fp8rl tests benchmarks scripts sweep.py hydra_plugins
 
 .PHONY: base-model
 base-model: setup ## Build (or load from cache) the tiny-s SFT base model and print its per-family accuracy
@@ -50,6 +50,30 @@ first-look: setup ## The trainer's first look: BF16 RL vs SFT (4 seeds), every r
 .PHONY: noise-table
 noise-table: setup ## Log-ratio noise per precision recipe on the SFT base (the regime chart's x-axis)
 	$(PY) scripts/noise_table.py
+
+.PHONY: sweep
+sweep: setup ## A run or grid from experiments/conf: make sweep ARGS="-m granularity=rowwise,blockwise seed=0,1"
+	$(PY) sweep.py $(ARGS)
+
+.PHONY: dry-run
+dry-run: setup ## What a grid would run (run ids, start/resume/skip) and its cost: make dry-run ARGS=+sweep=regime
+	$(PY) sweep.py --dry-run $(ARGS)
+
+.PHONY: status
+status: setup ## An experiment's runs (done/running/failed/pending/pruned/stale, ETA): make status ARGS=+experiment=table2
+	$(PY) sweep.py --status $(ARGS)
+
+.PHONY: sweep-smoke
+sweep-smoke: setup ## A 2x2 grid on the test preset (seconds per run): checks the whole sweep path
+	$(PY) sweep.py +sweep=smoke
+
+.PHONY: regime
+regime: setup ## The regime study grid on every core (tiny-s; see make dry-run ARGS=+sweep=regime)
+	$(PY) sweep.py +sweep=regime hydra/launcher=parallel
+
+.PHONY: regime-noise
+regime-noise: setup ## The noise probe per precision recipe, for the regime study's x-axis
+	$(PY) sweep.py +sweep=regime_noise hydra/launcher=parallel
 
 .PHONY: bench-numerics
 bench-numerics: setup ## Time fwd+bwd of a small transformer per precision recipe (markdown to stdout)

@@ -57,7 +57,7 @@ from fp8rl.runs.checkpoints import (
     load_checkpoint,
     save_checkpoint,
 )
-from fp8rl.runs.errors import RunPruned, RunStoreError
+from fp8rl.runs.errors import RunLockedError, RunPruned, RunStoreError
 from fp8rl.runs.ids import (
     RESULTS_VERSION,
     config_sha256,
@@ -331,7 +331,7 @@ class RunInfo:
 
     @property
     def results_version(self) -> int | None:
-        return self.provenance.get("results_version")
+        return self.provenance.get("results_version", self.status_record.get("results_version"))
 
     @property
     def config_flat(self) -> dict[str, Any]:
@@ -443,6 +443,51 @@ class RunStore:
             lock.release()
             raise
 
+    def register_pending(
+        self, experiment: str, config: Any, reason: str = "registered, not started"
+    ) -> RunInfo | None:
+        """Make a run that has not started yet visible as ``pending`` (a grid announcing its
+        points), without starting it.
+
+        Writes ``config.yaml`` and a ``pending`` ``status.json`` with ``attempt`` 0 (no
+        provenance: nothing ran). The first ``open_run`` then starts it as usual. Does
+        nothing and returns None when the run already has a status, when ``open_run``
+        would report it ``stale`` (a done run of the config under another results
+        version), or when another process holds its lock.
+        """
+        plain = to_plain(config)
+        run_id = self.run_id(plain)
+        path = self.run_dir(experiment, run_id)
+        if (path / STATUS_FILE).exists() or self._find_stale(experiment, config_sha256(plain)):
+            return None
+        path.mkdir(parents=True, exist_ok=True)
+        lock = RunLock(path)
+        try:
+            lock.acquire()
+        except RunLockedError:
+            return None
+        try:
+            if (path / STATUS_FILE).exists():
+                return None
+            if not (path / CONFIG_FILE).exists():
+                atomic_write_text(path / CONFIG_FILE, yaml.safe_dump(plain, sort_keys=False))
+            now = _now()
+            record = {
+                "status": RunStatus.PENDING.value,
+                "reason": reason,
+                "run_id": run_id,
+                "experiment": experiment,
+                "results_version": self.results_version,
+                "attempt": 0,
+                "created_at": now,
+                "updated_at": now,
+                "finished_at": None,
+            }
+            atomic_write_json(path / STATUS_FILE, record)
+        finally:
+            lock.release()
+        return self.run_info(experiment, run_id)
+
     def _settled(
         self, path: Path, status: Mapping[str, Any], sha: str, rerun_failed: bool
     ) -> Decision | None:
@@ -488,8 +533,8 @@ class RunStore:
 
         checkpoint = None
         previous: dict[str, Any] | None = None
-        if prior is None:
-            note = "started"
+        if prior is None or not prior.get("attempt"):
+            note = "started"  # new, or registered by register_pending and never started
         else:
             previous = _read_json(path / PROVENANCE_FILE)
             before = _status_of(prior, path)
@@ -632,7 +677,9 @@ class RunStore:
             config=config or {},
             provenance=provenance,
             status_record=status,
-            stale=provenance.get("results_version") != self.results_version,
+            # a run registered but never started has no provenance yet: its status says
+            stale=provenance.get("results_version", status.get("results_version"))
+            != self.results_version,
             crashed=crashed,
             last_step=last_step_in(path / METRICS_FILE),
         )

@@ -1,0 +1,304 @@
+"""What a grid is doing: counts, a per-run table, elapsed time and an ETA, from the run store.
+
+Everything here reads; nothing prints. :func:`grid_report` turns a planned grid (or just an
+experiment's directory) into a :class:`GridReport`; :func:`report_table`,
+:func:`plan_table` and :func:`summary_line` render it; :func:`to_text` turns a rich
+renderable into plain text for a log line. ``sweep.py --status`` and ``--dry-run`` print
+these; :class:`~fp8rl.experiments.sweeper.GridSweeper` logs them while a grid runs.
+
+Display states: ``done``, ``running`` (a live process holds it), ``failed``, ``pending``
+(registered, interrupted, or crashed: the next invocation resumes it), ``pruned``,
+``stale`` (done under another results version), and ``not started`` for grid points with
+no directory yet (counted as pending). The ETA is the remaining estimated cost (measured
+seconds per step where the store has them: :class:`~fp8rl.experiments.grid.CostModel`)
+divided by the number of parallel workers.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, RenderableType
+from rich.table import Table
+
+from fp8rl.experiments.dispatch import run_threads
+from fp8rl.experiments.grid import RUN_OVERHEAD_S, CostModel, GridPlan
+from fp8rl.runs import RunInfo, RunStatus, RunStore
+
+__all__ = [
+    "STATES",
+    "GridReport",
+    "ReportRow",
+    "format_seconds",
+    "grid_report",
+    "plan_table",
+    "report_table",
+    "summary_line",
+    "to_text",
+]
+
+STATES = ("done", "running", "failed", "pending", "pruned", "stale")
+
+
+def format_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = round(seconds)
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def _state(info: RunInfo) -> str:
+    if info.stale and info.status is RunStatus.DONE:
+        return "stale"
+    if info.status is RunStatus.RUNNING:
+        return "pending" if info.crashed else "running"
+    return info.status.value
+
+
+def _reason(info: RunInfo) -> str:
+    if info.status is RunStatus.RUNNING and info.crashed:
+        return f"crashed (its process is gone); resumes next time. {info.reason}".strip()
+    return info.reason
+
+
+def _describe(config: dict[str, Any]) -> str:
+    """A short label of a run from its stored config (runs that are not in the plan)."""
+    if not config:
+        return "?"
+    rollout = config.get("rollout_weight_scale") or "bf16"
+    parts = [
+        f"{config.get('recipe')}/{rollout}",
+        str(config.get("algorithm")),
+        f"eps={config.get('eps_low')}/{config.get('eps_high')}",
+        str(config.get("clipping")),
+        f"seed={config.get('seed')}",
+    ]
+    if config.get("task", "train") != "train":
+        parts.insert(0, str(config["task"]))
+    return " ".join(parts)
+
+
+@dataclass
+class ReportRow:
+    run_id: str
+    label: str
+    state: str
+    step: int | None
+    steps: int
+    reason: str = ""
+    est_remaining_s: float = 0.0
+    index: int | None = None  # position in the grid, if planned
+
+
+@dataclass
+class GridReport:
+    experiment: str
+    rows: list[ReportRow]
+    started_at: float | None  # epoch seconds of the earliest run creation
+    workers: int = 1
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def remaining_s(self) -> float:
+        return sum(r.est_remaining_s for r in self.rows if r.state in ("running", "pending"))
+
+    @property
+    def eta_s(self) -> float:
+        """Remaining cost over the workers that can be busy (no more than runs left)."""
+        left = sum(1 for r in self.rows if r.state in ("running", "pending"))
+        return self.remaining_s / max(1, min(self.workers, left))
+
+    @property
+    def elapsed_s(self) -> float | None:
+        return None if self.started_at is None else max(0.0, time.time() - self.started_at)
+
+
+def _epoch(stamp: Any) -> float | None:
+    try:
+        return datetime.fromisoformat(str(stamp)).replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def grid_report(
+    runs_dir: Path | str,
+    experiment: str,
+    plan: GridPlan | None = None,
+    *,
+    workers: int = 1,
+    only_plan: bool = False,
+    costs: CostModel | None = None,
+    started_at: float | None = None,
+) -> GridReport:
+    """The state of an experiment's runs now: every run in its directory (or only the
+    plan's with ``only_plan``), plus the plan's points that have no directory yet.
+    Remaining time per run uses the step times measured so far in this experiment (the
+    plan's estimate until a run like it has logged steps).
+    ``started_at`` (epoch seconds) sets the start of "elapsed"; by default the earliest
+    creation time of the runs shown."""
+    store = RunStore(runs_dir)
+    infos = {i.run_id: i for i in store.list_runs(experiment)}
+    if costs is None:
+        costs = CostModel()
+        costs.add_runs(infos.values())
+    rows: list[ReportRow] = []
+    planned: set[str] = set()
+    for point in plan.points if plan else []:
+        if point.action == "duplicate" or point.run_id in planned:
+            continue
+        planned.add(point.run_id)
+        info = infos.get(point.run_id)
+        state = _state(info) if info else "not started"
+        step = info.last_step if info else None
+        left = point.steps - (step or 0)
+        per_step = costs.measured_step_seconds(point.config, point.threads) or point.step_s
+        remaining = left * per_step + (RUN_OVERHEAD_S if step is None else 0.0)
+        rows.append(
+            ReportRow(
+                point.run_id,
+                plan.label(point) if plan.varying else _describe(point.config),
+                state,
+                step,
+                point.steps,
+                _reason(info) if info else "",
+                remaining if state in ("running", "pending", "not started") else 0.0,
+                point.index,
+            )
+        )
+    if not only_plan:
+        for run_id, info in infos.items():
+            if run_id in planned:
+                continue
+            steps = int(info.config.get("steps", 0) or 0)
+            state = _state(info)
+            remaining = 0.0
+            if state in ("running", "pending") and info.config:
+                per_step, _ = costs.step_seconds(info.config, run_threads(info))
+                remaining = (steps - (info.last_step or 0)) * per_step
+            rows.append(
+                ReportRow(
+                    run_id,
+                    _describe(info.config),
+                    state,
+                    info.last_step,
+                    steps,
+                    _reason(info),
+                    remaining,
+                )
+            )
+    counts = dict.fromkeys(STATES, 0)
+    for row in rows:
+        key = "pending" if row.state == "not started" else row.state
+        counts[key] = counts.get(key, 0) + 1
+    for row in rows:
+        if row.state == "not started":
+            row.state = "pending"
+            row.reason = row.reason or "not started"
+    starts = [
+        _epoch(infos[r.run_id].status_record.get("created_at")) for r in rows if r.run_id in infos
+    ]
+    starts = [s for s in starts if s is not None]
+    if started_at is None and starts:
+        started_at = min(starts)
+    return GridReport(experiment, rows, started_at, workers, counts)
+
+
+def summary_line(report: GridReport) -> str:
+    """``exp: 3/8 done, 1 running, 0 failed, 4 pending, 0 pruned, 0 stale; elapsed 2m10s,
+    ETA 6m05s``."""
+    c = report.counts
+    total = len(report.rows)
+    parts = [f"{c.get('done', 0)}/{total} done"] + [
+        f"{c.get(s, 0)} {s}" for s in STATES if s != "done"
+    ]
+    return (
+        f"{report.experiment}: {', '.join(parts)}; elapsed {format_seconds(report.elapsed_s)}, "
+        f"ETA {format_seconds(report.eta_s)}"
+        + (f" ({report.workers} workers)" if report.workers > 1 else "")
+    )
+
+
+_STYLE = {
+    "done": "green",
+    "running": "cyan",
+    "failed": "red",
+    "pending": "yellow",
+    "pruned": "magenta",
+    "stale": "dim",
+}
+
+
+def report_table(report: GridReport, *, max_reason: int = 60) -> Table:
+    """Counts in the title, one row per run: grid index, label, run id, state, step, reason."""
+    table = Table(title=summary_line(report), title_justify="left", expand=False)
+    for name in ("#", "run", "run id", "state", "step", "left", "reason"):
+        table.add_column(name, overflow="fold")
+    for row in sorted(report.rows, key=lambda r: (r.index is None, r.index or 0, r.label)):
+        step = "-" if row.step is None else str(row.step)
+        table.add_row(
+            "" if row.index is None else str(row.index),
+            row.label,
+            row.run_id,
+            f"[{_STYLE.get(row.state, '')}]{row.state}[/]",
+            f"{step}/{row.steps}" if row.steps else step,
+            format_seconds(row.est_remaining_s) if row.est_remaining_s else "",
+            row.reason[:max_reason],
+        )
+    return table
+
+
+def plan_table(plan: GridPlan, *, workers: int = 1) -> Table:
+    """The dry run: every grid point with its run id, what an invocation would do, and its
+    estimated cost; the title totals it."""
+    counts = ", ".join(f"{n} {a}" for a, n in sorted(plan.counts().items()))
+    workers = max(1, min(workers, sum(p.runs for p in plan.points)))
+    build = (
+        f" + {format_seconds(plan.base_build_s)} to build base models" if plan.base_build_s else ""
+    )
+    title = (
+        f"{len(plan.points)} grid points ({counts}); estimated "
+        f"{format_seconds(plan.total_s)} of compute{build} -> about "
+        f"{format_seconds(plan.total_s / max(workers, 1))} with {workers} worker(s)"
+    )
+    table = Table(title=title, title_justify="left")
+    for name in ("#", "point", "experiment", "run id", "action", "steps", "s/step", "cost"):
+        table.add_column(name, overflow="fold")
+    for p in plan.points:
+        action = p.action
+        if p.action == "resume":
+            action = f"resume from step {p.done_steps}"
+        elif p.action == "duplicate":
+            action = f"duplicate of #{p.duplicate_of}"
+        elif p.action in ("failed", "pruned") and p.reason:
+            action = f"{p.action} ({p.reason[:40]})"
+        table.add_row(
+            str(p.index),
+            plan.label(p),
+            p.experiment,
+            p.run_id,
+            action,
+            str(p.steps) if p.task == "train" else p.task,
+            f"{p.step_s:.2f} {'m' if p.cost_source.startswith('measured') else 'd'}",
+            format_seconds(p.est_s) if p.est_s else "-",
+        )
+    table.caption = "s/step: m = measured in the run store, d = default (docs/experiments.md)"
+    notes = sorted({f"{k}: {why}" for p in plan.points for k, why in p.unused.items()})
+    if notes:
+        table.caption += "\nnot used, left out of the run: " + "; ".join(notes)
+    return table
+
+
+def to_text(*renderables: RenderableType, width: int = 140) -> str:
+    """Plain text of rich renderables (for log files and tests)."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
+    for item in renderables:
+        console.print(item)
+    return buffer.getvalue()

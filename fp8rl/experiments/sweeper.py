@@ -1,0 +1,223 @@
+"""``GridSweeper``: Hydra's basic sweeper, plus what a grid of expensive runs needs.
+
+Selected by ``experiments/conf/config.yaml`` (``override hydra/sweeper: grid``). It expands
+the grid exactly as Hydra's ``BasicSweeper`` does (``hydra.sweeper.params`` then the
+command line, Hydra's override parser, ``split_arguments``), and before launching anything:
+
+1. composes and validates **every** point (``to_train_config``, thread checks), and fails
+   with one message listing every bad point, so a typo in point 7 does not surface after
+   points 1-6 have run;
+2. plans each point against the run store (:func:`~fp8rl.experiments.grid.plan_grid`):
+   points whose run is done, failed (without ``rerun_failed=true``), pruned, stale, held
+   by another live process, or a duplicate of an earlier point (the same run spelled
+   differently) are not launched;
+3. registers the runs it will start as ``pending`` in the store (``RunStore.register_pending``),
+   so ``sweep.py --status`` and ``list_runs`` show the whole grid from the start;
+4. logs the plan (the dry-run table).
+
+While the launcher runs the jobs (sequential, joblib, submitit: any launcher), a thread
+logs a progress line every ``progress_every_s`` seconds from the run store (done / running /
+failed / pending / pruned / stale, elapsed, ETA). At the end it logs the grid's table and
+raises :class:`GridFailed` if any run of the grid is failed, so the command exits non-zero.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.errors import HydraException
+from hydra.plugins.launcher import Launcher
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from fp8rl.experiments.compose import error_message
+from fp8rl.experiments.grid import GridPlan, plan_grid
+from fp8rl.experiments.progress import grid_report, plan_table, report_table, summary_line, to_text
+from fp8rl.experiments.schema import ConfigError
+from fp8rl.runs import RunStore
+
+__all__ = ["GridFailed", "GridSweeper", "GridSweeperConf", "launcher_workers"]
+
+log = logging.getLogger(__name__)
+
+
+class GridFailed(HydraException):
+    """Some runs of the grid are failed (the message lists them)."""
+
+
+@dataclass
+class GridSweeperConf:
+    _target_: str = "hydra_plugins.fp8rl_grid_sweeper.GridSweeper"
+    max_batch_size: int | None = None
+    params: dict[str, str] | None = None
+    progress_every_s: float = 60.0
+
+
+def launcher_workers(config: DictConfig) -> int:
+    """How many jobs the configured launcher runs at once (1 for the basic launcher)."""
+    launcher = OmegaConf.select(config, "hydra.launcher") or {}
+    for key in ("n_jobs", "array_parallelism"):
+        value = launcher.get(key) if hasattr(launcher, "get") else None
+        if isinstance(value, int):
+            if value < 0:  # joblib: -1 = every CPU, -2 = all but one, ...
+                return max(1, (len(os.sched_getaffinity(0)) + 1 + value))
+            return max(1, value)
+    return 1
+
+
+class GridSweeper(Sweeper):
+    """See the module docstring. (Not a subclass of ``BasicSweeper``: Hydra re-executes
+    its plugin modules when it scans them, which breaks ``super()`` in subclasses; the
+    basic sweeper's static expansion helpers are used as they are.)"""
+
+    def __init__(
+        self,
+        max_batch_size: int | None = None,
+        params: dict[str, str] | None = None,
+        progress_every_s: float = 60.0,
+    ) -> None:
+        self.max_batch_size = max_batch_size
+        self.params = dict(params or {})
+        self.progress_every_s = progress_every_s
+        self.plan: GridPlan | None = None
+        self.started_at: float | None = None
+        self.hydra_context: HydraContext | None = None
+        self.config: DictConfig | None = None
+        self.launcher: Launcher | None = None
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.hydra_context = hydra_context
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+
+    # ------------------------------------------------------------------ planning
+
+    def _compose_all(self, jobs: list[list[str]]) -> list[tuple[list[str], DictConfig]]:
+        assert self.hydra_context is not None and self.config is not None
+        composed, errors = [], []
+        for i, job in enumerate(jobs):
+            try:
+                cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(job))
+            except (HydraException, OmegaConfBaseException) as exc:
+                errors.append(f"[{i}] {' '.join(job)}: {error_message(exc)}")
+                continue
+            composed.append((list(job), cfg))
+        if errors:
+            raise ConfigError(
+                f"{len(errors)} of {len(jobs)} grid points do not compose; nothing was "
+                "started:\n" + "\n".join(errors)
+            )
+        return composed
+
+    def plan_jobs(self, arguments: list[str]) -> GridPlan:
+        """Expand, compose, validate and plan the grid (no side effects)."""
+        assert self.hydra_context is not None
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        params = [f"{k}={v}" for k, v in self.params.items()]
+        overrides = parser.parse_overrides([*params, *arguments])
+        (jobs,) = BasicSweeper.split_arguments(overrides, None)
+        return plan_grid(self._compose_all(jobs))
+
+    def _groups(self, plan: GridPlan) -> list[tuple[str, str]]:
+        return sorted({(str(p.path.parents[1]), p.experiment) for p in plan.points})
+
+    def _log_progress(self, plan: GridPlan, workers: int, table: bool = False) -> list[str]:
+        failed: list[str] = []
+        for runs_dir, experiment in self._groups(plan):
+            mine = [
+                p
+                for p in plan.points
+                if p.experiment == experiment and str(p.path.parents[1]) == runs_dir
+            ]
+            sub = GridPlan(mine, plan.varying, 0.0)
+            report = grid_report(
+                runs_dir,
+                experiment,
+                sub,
+                workers=workers,
+                only_plan=True,
+                started_at=self.started_at,
+            )
+            if table:
+                log.info("\n%s", to_text(report_table(report)))
+            else:
+                log.info("%s", summary_line(report))
+            failed += [
+                f"{experiment}/{r.run_id} ({r.label}): {r.reason}"
+                for r in report.rows
+                if r.state == "failed"
+            ]
+        return failed
+
+    # ------------------------------------------------------------------ running
+
+    def sweep(self, arguments: list[str]) -> Any:
+        assert self.config is not None and self.launcher is not None
+        self.started_at = time.time()
+        plan = self.plan = self.plan_jobs(arguments)
+        workers = launcher_workers(self.config)
+        log.info("\n%s", to_text(plan_table(plan, workers=workers)))
+
+        sweep_dir = Path(self.config.hydra.sweep.dir)  # as Hydra's basic sweeper does
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        to_launch = [p for p in plan.points if p.runs]
+        for point in to_launch:
+            if point.action == "start":
+                store = RunStore(point.path.parents[1])
+                store.register_pending(point.experiment, point.config, "registered by a grid")
+
+        stop = threading.Event()
+
+        def report_periodically() -> None:
+            while not stop.wait(self.progress_every_s):
+                try:
+                    self._log_progress(plan, workers)
+                except Exception as exc:  # a display must never kill the grid
+                    log.warning("progress display failed: %s", exc)
+
+        thread = threading.Thread(target=report_periodically, name="grid-progress", daemon=True)
+        thread.start()
+        returns: list[Sequence[JobReturn]] = []
+        job_failures: list[str] = []
+        try:
+            batches = BasicSweeper.split_overrides_to_chunks(
+                [p.overrides for p in to_launch], self.max_batch_size
+            )
+            index = 0
+            for batch in batches:
+                results = self.launcher.launch(batch, initial_job_idx=index)
+                index += len(batch)
+                returns.append(results)
+                for r in results:
+                    if r.status == JobStatus.FAILED:
+                        job_failures.append(f"{' '.join(r.overrides or [])}: {r._return_value!r}")
+        finally:
+            stop.set()
+            thread.join(timeout=5)
+        failed = self._log_progress(plan, workers, table=True)
+        if job_failures or failed:
+            lines = failed or job_failures
+            raise GridFailed(
+                f"{len(lines)} run(s) of the grid failed (not retried without "
+                "rerun_failed=true):\n" + "\n".join(lines)
+            )
+        return returns

@@ -1,0 +1,71 @@
+"""run_one: the backend dispatch, in process (the test preset; a run takes about a second)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from fp8rl.experiments.build import to_train_config
+from fp8rl.experiments.compose import compose
+from fp8rl.experiments.dispatch import run_config, run_one
+from fp8rl.experiments.schema import ConfigError
+from fp8rl.runs import RunStore, read_step_log
+from fp8rl.tiny.sft import build_base_model
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("base_models")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    build_base_model(to_train_config(compose(["+experiment=test"])).base, path)
+    yield path
+    torch.set_num_threads(threads)
+
+
+def cfg(tmp: Path, cache: Path, *overrides: str):
+    return compose(
+        ["+experiment=test", f"runs_dir={tmp / 'runs'}", f"cache_dir={cache}", *overrides]
+    )
+
+
+def test_a_run_sets_its_threads_and_a_second_call_skips_it(tmp_path: Path, cache: Path) -> None:
+    torch.set_num_threads(2)
+    first = run_one(cfg(tmp_path, cache, "steps=1", "threads=1"))
+    assert torch.get_num_threads() == 1
+    assert (first.decision, first.status, first.last_step) == ("start", "done", 1)
+    again = run_one(cfg(tmp_path, cache, "steps=1", "threads=1"))
+    assert (again.decision, again.run_id) == ("skip", first.run_id)
+
+
+def test_the_noise_probe_is_a_run_of_its_own(tmp_path: Path, cache: Path) -> None:
+    probe_cfg = cfg(tmp_path, cache, "task=noise_probe", "probe_rounds=1", "granularity=rowwise")
+    summary = run_one(probe_cfg)
+    assert (summary.decision, summary.status) == ("start", "done")
+    rows = read_step_log(summary.path / "metrics.jsonl").to_rows()
+    assert [r["step"] for r in rows] == [0]
+    assert rows[0]["noise/responses"] == 16.0
+    assert rows[0]["noise/train_vs_bf16/all/std"] > 0  # rowwise FP8 training vs its BF16
+    info = RunStore(tmp_path / "runs").run_info("test", summary.run_id)
+    assert info.config["task"] == "noise_probe" and info.config["probe_rounds"] == 1
+    assert run_one(probe_cfg).decision == "skip"
+    train_cfg = cfg(tmp_path, cache, "granularity=rowwise")
+    assert RunStore(tmp_path).run_id(run_config(train_cfg)) != summary.run_id
+
+
+def test_a_run_held_by_another_opener_is_reported_not_run(tmp_path: Path, cache: Path) -> None:
+    config = cfg(tmp_path, cache, "seed=5")
+    store = RunStore(tmp_path / "runs")
+    with store.open_run("test", run_config(config)) as held:
+        summary = run_one(config)
+        assert summary.decision == "locked" and summary.run_id == held.run_id
+        held.mark("pending")
+    assert not list((held.path / "checkpoints").iterdir())
+
+
+def test_the_verl_backend_is_refused_before_any_compute(tmp_path: Path, cache: Path) -> None:
+    with pytest.raises(ConfigError, match="not available yet"):
+        run_one(cfg(tmp_path, cache, "backend=verl"))
+    assert not (tmp_path / "runs").exists()

@@ -1,0 +1,179 @@
+"""Grid planning and display, against run stores arranged by hand (no training): what each
+point would do, what it would cost, and what the progress display counts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from fp8rl.experiments.compose import Composer, expand_grid
+from fp8rl.experiments.grid import (
+    DEFAULT_STEP_S,
+    FP8_TRAINING_FACTOR,
+    RUN_OVERHEAD_S,
+    CostModel,
+    plan_grid,
+)
+from fp8rl.experiments.progress import (
+    grid_report,
+    plan_table,
+    report_table,
+    summary_line,
+    to_text,
+)
+from fp8rl.experiments.schema import ConfigError
+from fp8rl.runs import RunStore
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Runs opened here record this process's torch threads; the plans use threads=1."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def planned(overrides: list[str], tmp: Path, **kw):
+    fixed = ["+experiment=test", f"runs_dir={tmp / 'runs'}", f"cache_dir={tmp / 'cache'}"]
+    with Composer() as compose:
+        points = [(p, compose(p)) for p in expand_grid([*fixed, *overrides], compose)]
+    return plan_grid(points, **kw)
+
+
+def test_grid_order_is_hydras_last_key_fastest(tmp_path: Path) -> None:
+    points = expand_grid(["granularity=bf16,rowwise", "seed=0,1", "steps=3"])
+    assert points == [
+        ["granularity=bf16", "seed=0", "steps=3"],
+        ["granularity=bf16", "seed=1", "steps=3"],
+        ["granularity=rowwise", "seed=0", "steps=3"],
+        ["granularity=rowwise", "seed=1", "steps=3"],
+    ]
+
+
+def test_actions_follow_the_store(tmp_path: Path) -> None:
+    grid = ["seed=0,1,2,3,4"]
+    plan = planned(grid, tmp_path)
+    assert [p.action for p in plan.points] == ["start"] * 5
+    store = RunStore(tmp_path / "runs")
+    p0, p1, p2, p3, _ = plan.points
+    with store.open_run("test", p0.config) as run:  # done
+        run.log_metrics(1, {"timing_s/step": 0.5})
+        run.log_metrics(2, {"timing_s/step": 0.7})
+        run.mark("done")
+    with store.open_run("test", p1.config) as run:  # interrupted after step 1, checkpointed
+        run.log_metrics(1, {"timing_s/step": 0.6})
+        run.save_checkpoint(1, {"w": torch.zeros(1)})
+        run.mark("pending", "stopped")
+    with store.open_run("test", p2.config) as run:
+        run.mark("failed", "FloatingPointError: boom")
+    with store.open_run("test", p3.config) as run:
+        run.mark("pruned", "median pruner")
+    plan = planned(grid, tmp_path)
+    assert [p.action for p in plan.points] == ["skip", "resume", "failed", "pruned", "start"]
+    assert plan.points[1].done_steps == 1
+    assert [p.est_s > 0 for p in plan.points] == [False, True, False, False, True]
+    # the failed run is retried only when asked
+    retry = planned([*grid, "rerun_failed=true"], tmp_path)
+    assert retry.points[2].action == "retry"
+    # the measured step time (median of the runs' medians: 0.6 and 0.6) replaces the default
+    assert plan.points[4].step_s == pytest.approx(0.6)
+    assert plan.points[4].cost_source == "measured (2 runs)"
+    assert plan.points[4].est_s == pytest.approx(RUN_OVERHEAD_S + 2 * 0.6)
+    assert plan.points[1].est_s == pytest.approx(RUN_OVERHEAD_S + 1 * 0.6)
+
+    text = to_text(plan_table(plan, workers=2))
+    for expected in ("skip", "resume from step 1", "failed (FloatingPointError: boom)", "pruned"):
+        assert expected in text
+    assert p0.run_id in text
+
+    report = grid_report(tmp_path / "runs", "test", plan, only_plan=True, workers=2)
+    assert report.counts == {
+        "done": 1,
+        "running": 0,
+        "failed": 1,
+        "pending": 2,
+        "pruned": 1,
+        "stale": 0,
+    }
+    line = summary_line(report)
+    assert line.startswith("test: 1/5 done, 0 running, 1 failed, 2 pending, 1 pruned, 0 stale")
+    assert "(2 workers)" in line
+    table = to_text(report_table(report))
+    assert "FloatingPointError: boom" in table and "not started" in table
+
+
+def test_the_same_run_spelled_twice_is_one_point(tmp_path: Path) -> None:
+    plan = planned(["granularity=blockwise", "granularity.block_size=null,4,8"], tmp_path)
+    assert [p.action for p in plan.points] == ["start", "duplicate", "start"]
+    assert plan.points[1].duplicate_of == 0 and plan.points[1].est_s == 0
+    assert "duplicate of #0" in to_text(plan_table(plan))
+
+
+def test_every_bad_point_is_listed_before_anything_runs(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        planned(["algorithm.eps_low=0.1,1.5,2.0", "seed=0"], tmp_path)
+    message = str(err.value)
+    assert message.startswith("2 of 3 grid points cannot run; nothing was started")
+    assert "algorithm.eps_low=1.5" in message and "algorithm.eps_low=2.0" in message
+    assert not (tmp_path / "runs").exists()
+
+
+def test_resuming_with_another_thread_count_is_refused(tmp_path: Path) -> None:
+    plan = planned(["seed=0"], tmp_path)
+    store = RunStore(tmp_path / "runs")
+    torch.set_num_threads(2)
+    with store.open_run("test", plan.points[0].config) as run:
+        run.log_metrics(1, {"x": 0.0})
+        run.save_checkpoint(1, {"w": torch.zeros(1)})
+        run.mark("pending")
+    with pytest.raises(ConfigError, match=r"started with 2 torch threads.*set threads=2"):
+        planned(["seed=0", "threads=1"], tmp_path)
+    assert planned(["seed=0", "threads=2"], tmp_path).points[0].action == "resume"
+
+
+def test_default_costs_scale_with_batch_and_precision(tmp_path: Path) -> None:
+    empty = CostModel()
+    plan = planned(["granularity=bf16,blockwise", "eval.every=0"], tmp_path, costs=empty)
+    bf16, fp8 = plan.points
+    tokens = 4 * 4 * 24
+    assert bf16.step_s == pytest.approx(DEFAULT_STEP_S["tiny-test"] * tokens / (8 * 4 * 64))
+    assert fp8.step_s == pytest.approx(bf16.step_s * FP8_TRAINING_FACTOR)
+    assert bf16.cost_source == "default"
+    # the base model is not in the (empty) cache: its SFT build is counted once
+    assert not bf16.base_cached and plan.base_build_s > 0
+    assert plan.total_s == pytest.approx(bf16.est_s + fp8.est_s + plan.base_build_s)
+
+
+def test_status_lists_runs_outside_the_plan_too(tmp_path: Path) -> None:
+    plan = planned(["seed=0"], tmp_path)
+    store = RunStore(tmp_path / "runs")
+    other = dict(plan.points[0].config, seed=99)
+    with store.open_run("test", other) as run:
+        run.mark("done")
+    report = grid_report(tmp_path / "runs", "test", plan)
+    assert {r.run_id for r in report.rows} == {plan.points[0].run_id, run.run_id}
+    assert "seed=99" in to_text(report_table(report))
+    assert json.loads((run.path / "status.json").read_text())["status"] == "done"
+
+
+def test_a_crashed_run_counts_as_pending_and_says_so(tmp_path: Path) -> None:
+    plan = planned(["seed=0"], tmp_path)
+    store = RunStore(tmp_path / "runs")
+    run = store.open_run("test", plan.points[0].config)
+    run.log_metrics(1, {"timing_s/step": 0.5})
+    run._lock.release()  # the process "dies" holding a running status
+    status = run.path / "status.json"
+    record = json.loads(status.read_text())
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    record.update(pid=dead.pid, pid_start=None)
+    status.write_text(json.dumps(record))
+    report = grid_report(tmp_path / "runs", "test", plan)
+    assert report.counts["pending"] == 1 and report.counts["running"] == 0
+    assert "crashed" in report.rows[0].reason
+    assert planned(["seed=0"], tmp_path).points[0].action == "start"  # no checkpoint: restart

@@ -1,0 +1,33 @@
+"""fp8rl.experiments is the entry-point room: it may use tiny, runs, numerics and rl; nothing
+else in fp8rl imports it; it logs and returns, never prints or reads argv."""
+
+from __future__ import annotations
+
+from room_rules import REPO, assert_no_print_or_argv, imported_modules
+
+PACKAGE = REPO / "fp8rl" / "experiments"
+ALLOWED = ("fp8rl.experiments", "fp8rl.tiny", "fp8rl.runs", "fp8rl.numerics", "fp8rl.rl")
+
+
+def test_experiments_imports_only_the_rooms_it_builds_on() -> None:
+    files = sorted(PACKAGE.glob("*.py"))
+    assert len(files) >= 8
+    for file in files:
+        for name, _ in imported_modules(file):
+            if name.split(".")[0] == "fp8rl":
+                assert name.startswith(ALLOWED), f"{file.name} imports {name}"
+
+
+def test_nothing_else_in_fp8rl_imports_experiments() -> None:
+    checked = 0
+    for file in sorted((REPO / "fp8rl").rglob("*.py")):
+        if PACKAGE in file.parents:
+            continue
+        checked += 1
+        for name, _ in imported_modules(file):
+            assert not name.startswith("fp8rl.experiments"), f"{file} imports {name}"
+    assert checked > 30
+
+
+def test_library_code_never_prints_or_reads_argv() -> None:
+    assert_no_print_or_argv(PACKAGE)
