@@ -85,6 +85,7 @@ TRAIN_KEYS: dict[str, str] = {
     "probe_size": "train.probe_size",
     "dump_samples_every": "train.dump_samples_every",
     "dump_samples": "train.dump_samples",
+    "shadow_every": "train.shadow_every",
     # clipping
     "clipping": "clipping.mode",
     "calib_period": "clipping.period",

@@ -268,6 +268,8 @@ class TrainSettings:
     tis: token-level TIS; null = on with trainer old log-probs, off with the rollout's
         (where it cannot act). old_logprob_source: ``trainer`` or ``rollout`` (bypass).
     probe_size, dump_samples_every, dump_samples: the health probe and token dumps.
+    shadow_every: BF16 shadow forwards every this many steps (0 = only on calibration
+        steps), logging what BF16 and the training precision clip (``fp8rl/shadow/*``).
     """
 
     lr: float = TrainConfig.lr
@@ -283,6 +285,7 @@ class TrainSettings:
     probe_size: int = TrainConfig.probe_size
     dump_samples_every: int = TrainConfig.dump_samples_every
     dump_samples: int = TrainConfig.dump_samples
+    shadow_every: int = TrainConfig.shadow_every
 
     def __post_init__(self) -> None:
         _check(self.lr > 0, "train.lr", self.lr, "need > 0")
@@ -291,7 +294,9 @@ class TrainSettings:
         _check(self.tis_threshold > 0, "train.tis_threshold", self.tis_threshold, "need > 0")
         _positive("train", self, "ppo_epochs", "ppo_mini_batches", "keep_checkpoints")
         _positive("train", self, "dump_samples")
-        _non_negative("train", self, "checkpoint_every", "probe_size", "dump_samples_every")
+        _non_negative(
+            "train", self, "checkpoint_every", "probe_size", "dump_samples_every", "shadow_every"
+        )
 
 
 _EVAL = EvalConfig()

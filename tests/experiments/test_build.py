@@ -146,7 +146,7 @@ def run_id(overrides: list[str], composer: Composer) -> str:
         # where and how to run
         ([], ["threads=2", "runs_dir=elsewhere", "max_steps_this_call=3", "rerun_failed=true"]),
         # an integer where a float is expected is the same float
-        ([], ["train.lr=0.0001"]),
+        ([], ["train.lr=0.00001"]),  # the default 1e-5, spelled out
         (["algorithm.eps_low=1e-1"], ["algorithm.eps_low=0.1"]),
     ],
 )
@@ -190,6 +190,7 @@ def test_a_run_from_sweep_is_the_run_train_tiny_makes() -> None:
         eps_low=0.02,
         eps_high=0.02,
         lr=1e-3,
+        ppo_mini_batches=2,
         eval=EvalConfig(limit=1, max_new_tokens=24, families=("add_sub", "max_min")),
     )
     cfg = compose(["+experiment=test", "granularity=blockwise"])
