@@ -6,11 +6,15 @@
     python sweep.py -m +sweep=regime hydra/launcher=parallel    # a grid on every core
     python sweep.py --dry-run +experiment=table2                # what would run, and its cost
     python sweep.py --status +experiment=table2                 # the experiment's runs now
+    python sweep.py --search sweeps/hparams_search/calibration.yaml [--n-trials N] [overrides]
 
 Each run lands in ``<runs_dir>/<experiment_name>/<run_id>/``, keyed by its resolved config:
 finished runs are skipped, interrupted ones resumed, failed ones reported (retried with
 ``rerun_failed=true``). ``--dry-run`` and ``--status`` take the same overrides as a run
-(``-m`` optional) and run nothing. Everything else is Hydra's command line
+(``-m`` optional) and run nothing. ``--search SPEC`` runs (or continues) an Optuna search
+(``fp8rl.experiments.search``, docs/experiments_search.md): every trial is composed from
+the command's overrides, the spec's overrides and the trial's values through the same
+config tree, and is a run in the store. Everything else is Hydra's command line
 (``--cfg job``, ``--help``, ``hydra/launcher=...``).
 """
 
@@ -20,9 +24,11 @@ import logging
 import sys
 
 import hydra
+import torch
 from omegaconf import DictConfig
 from rich.console import Console
 
+from fp8rl.experiments.build import to_train_config
 from fp8rl.experiments.compose import (
     SEARCHPATH_OVERRIDE,
     Composer,
@@ -33,6 +39,7 @@ from fp8rl.experiments.dispatch import run_one
 from fp8rl.experiments.grid import plan_grid
 from fp8rl.experiments.progress import grid_report, plan_table, report_table
 from fp8rl.experiments.schema import ConfigError, register_configs
+from fp8rl.experiments.search import SearchSpecError, load_search_spec, run_search
 from fp8rl.experiments.sweeper import launcher_workers
 
 register_configs()  # the schemas and hydra/sweeper=grid, before Hydra composes anything
@@ -72,6 +79,43 @@ def offline(flag: str, overrides: list[str]) -> int:
     return 0
 
 
+def search(spec_path: str, overrides: list[str], n_trials: int | None) -> int:
+    """``--search``: an Optuna search whose trials are composed through the config tree."""
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
+    console = Console()
+    try:
+        spec = load_search_spec(spec_path)
+        with Composer() as compose:
+            base = compose(list(overrides))
+            torch.set_num_threads(int(base.threads))
+
+            def compose_trial(trial_overrides: list[str]):
+                return to_train_config(compose([*overrides, *trial_overrides]))
+
+            study = run_search(
+                spec,
+                compose_trial,
+                str(base.runs_dir),
+                cache_dir=base.cache_dir,
+                n_trials=n_trials,
+            )
+    except (ConfigError, SearchSpecError) as exc:
+        console.print(f"[red]search error:[/] {exc}", markup=True, highlight=False)
+        return 2
+    states = {}
+    for t in study.trials:
+        states[t.state.name] = states.get(t.state.name, 0) + 1
+    console.print(f"study {study.study_name!r}: {len(study.trials)} trials {states}")
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    if done:
+        best = study.best_trial
+        console.print(
+            f"best: trial {best.number} value {best.value:.4f} params {best.params} "
+            f"run {best.user_attrs.get('run_id')}"
+        )
+    return 0
+
+
 @hydra.main(config_path="experiments/conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> dict:
     """One run (Hydra calls this once per grid point)."""
@@ -98,6 +142,16 @@ def main(cfg: DictConfig) -> dict:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if "--search" in args:
+        i = args.index("--search")
+        if i + 1 >= len(args):
+            sys.exit("--search needs a spec file, e.g. sweeps/hparams_search/calibration.yaml")
+        spec_file, rest = args[i + 1], args[:i] + args[i + 2 :]
+        trials = None
+        if "--n-trials" in rest:
+            j = rest.index("--n-trials")
+            trials, rest = int(rest[j + 1]), rest[:j] + rest[j + 2 :]
+        sys.exit(search(spec_file, rest, trials))
     flags = [a for a in args if a in _FLAGS]
     if len(flags) > 1:
         sys.exit("use one of --status and --dry-run")

@@ -289,3 +289,57 @@ def test_slurm_launcher_config_composes() -> None:
     assert launcher.cpus_per_task == 4
     assert str(launcher.submitit_folder).endswith(".submitit/%j")
     assert run_config(compose(["threads=4"])) == run_config(compose([]))
+
+
+def test_an_optuna_search_through_sweep_py(tmp_path, cache) -> None:
+    """``sweep.py --search``: 2 trials on the test preset composed through the config tree,
+    a study that persists, and a trial the pruner stops ending ``pruned`` in the store."""
+    import optuna
+    import yaml
+
+    spec = {
+        "study_name": "cli",
+        "experiment": "search_cli",
+        "n_trials": 2,
+        "objective": {
+            "name": "final_metric",
+            "metric": "critic/score/mean",
+            "direction": "maximize",
+        },
+        "intermediate": "critic/score/mean",
+        "sampler": {"name": "tpe", "seed": 0},
+        # a threshold no score reaches, checked from step 2: the first trial is pruned
+        "pruner": {"name": "threshold", "lower": 100.0, "n_warmup_steps": 2},
+        "overrides": ["granularity=blockwise", "clipping=calibrated", "clipping.period=1"],
+        "params": {"clipping.smoothing": "interval(0.0, 0.9)"},
+    }
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump(spec))
+    root = tmp_path / "runs"
+    args = ["--search", str(spec_file), "+experiment=test", "steps=3", *where(root, cache)]
+    out = sweep(tmp_path, *args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "study 'cli': 2 trials" in out.stdout
+    study = optuna.load_study(study_name="cli", storage=f"sqlite:///{root}/search_cli/optuna.db")
+    assert [t.state.name for t in study.trials] == ["PRUNED", "PRUNED"]
+    store = RunStore(root)
+    for trial in study.trials:
+        info = store.run_info("search_cli", trial.user_attrs["run_id"])
+        assert info.status == "pruned"
+        config = (info.path / "config.yaml").read_text()
+        assert "recipe: blockwise" in config and "preset: tiny-test" in config
+    # the same command again: the study is complete, nothing is re-run
+    again = sweep(tmp_path, *args)
+    assert (
+        again.returncode == 0
+        and len(
+            optuna.load_study(
+                study_name="cli", storage=f"sqlite:///{root}/search_cli/optuna.db"
+            ).trials
+        )
+        == 2
+    )
+    # a bad spec fails before any run, with the reason
+    spec_file.write_text(yaml.safe_dump({**spec, "objective": {"name": "nope"}}))
+    bad = sweep(tmp_path, *args)
+    assert bad.returncode == 2 and "unknown objective 'nope'" in bad.stdout
