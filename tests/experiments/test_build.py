@@ -22,6 +22,8 @@ from fp8rl.tiny.sft import SFTConfig
 from fp8rl.tiny.tasks import FAMILIES
 from fp8rl.tiny.train import TrainConfig
 
+from quick_runs import QUICK
+
 #: Keys of the tree that are not TrainConfig fields: where/how to run, the task, and labels.
 NOT_TRAIN = {*RUNTIME_KEYS, "task", "probe_rounds", "granularity.name", "clipping.name"}
 NOT_TRAIN.add("backend.name")  # checked by validation; TrainConfig.to_dict says "tiny"
@@ -177,22 +179,7 @@ def test_different_runs_get_different_ids() -> None:
 def test_a_run_from_sweep_is_the_run_train_tiny_makes() -> None:
     """The store keys a run by TrainConfig.to_dict(): the test preset with blockwise FP8 is
     the same run as the equivalent TrainConfig built directly (scripts/train_tiny.py)."""
-    direct = TrainConfig(
-        base=SFTConfig(preset="tiny-test", steps=30, batch_size=16, pool_size=500, eval_limit=4),
-        recipe="blockwise",
-        rollout_weight_scale="block",
-        block_size=4,
-        prompts_per_step=4,
-        n_samples=4,
-        max_new_tokens=24,
-        overlong_buffer_len=24,
-        steps=2,
-        eps_low=0.02,
-        eps_high=0.02,
-        lr=1e-3,
-        ppo_mini_batches=2,
-        eval=EvalConfig(limit=1, max_new_tokens=24, families=("add_sub", "max_min")),
-    )
+    direct = dataclasses.replace(QUICK, recipe="blockwise", rollout_weight_scale="block")
     cfg = compose(["+experiment=test", "granularity=blockwise"])
     assert to_train_config(cfg).to_dict() == direct.to_dict()
     assert run_id_for(run_config(cfg)) == run_id_for(direct.to_dict())

@@ -33,28 +33,16 @@ from fp8rl.experiments.search import (
     trial_overrides,
 )
 from fp8rl.runs import RunStore
-from fp8rl.tiny.evaluate import EvalConfig
-from fp8rl.tiny.sft import SFTConfig, build_base_model
+from fp8rl.tiny.sft import build_base_model
 from fp8rl.tiny.train import TrainConfig
+
+from quick_runs import QUICK as _QUICK
+from quick_runs import QUICK_BASE
 
 REPO = Path(__file__).resolve().parents[2]
 
-BASE = SFTConfig(preset="tiny-test", steps=30, batch_size=16, pool_size=500, eval_limit=4)
-QUICK = TrainConfig(
-    base=BASE,
-    recipe="tensorwise",
-    prompts_per_step=4,
-    n_samples=4,
-    max_new_tokens=24,
-    overlong_buffer_len=24,
-    steps=2,
-    ppo_mini_batches=2,
-    eps_low=0.02,
-    eps_high=0.02,
-    lr=1e-3,
-    block_size=4,
-    eval=EvalConfig(limit=1, max_new_tokens=24, families=("add_sub", "max_min")),
-)
+BASE = QUICK_BASE
+QUICK = dataclasses.replace(_QUICK, recipe="tensorwise")
 
 #: override key -> TrainConfig field (the Hydra tree's names for the calibration knobs)
 KEYS = {

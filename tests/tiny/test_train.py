@@ -18,25 +18,10 @@ import torch
 from fp8rl.runs import RunPruned, RunStore
 from fp8rl.tiny.evaluate import EvalConfig
 from fp8rl.tiny.sampler import response_log_probs, score
-from fp8rl.tiny.sft import SFTConfig, build_base_model
+from fp8rl.tiny.sft import build_base_model
 from fp8rl.tiny.train import TrainConfig, train
 
-QUICK_BASE = SFTConfig(preset="tiny-test", steps=30, batch_size=16, pool_size=500, eval_limit=4)
-
-QUICK = TrainConfig(
-    base=QUICK_BASE,
-    prompts_per_step=4,
-    n_samples=4,
-    max_new_tokens=24,
-    overlong_buffer_len=24,
-    steps=2,
-    ppo_mini_batches=2,
-    eps_low=0.02,
-    eps_high=0.02,
-    lr=1e-3,
-    block_size=4,
-    eval=EvalConfig(limit=1, max_new_tokens=24, families=("add_sub", "max_min")),
-)
+from quick_runs import QUICK, QUICK_BASE
 
 REQUIRED = (
     "actor/entropy",
