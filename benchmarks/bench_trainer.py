@@ -1,7 +1,7 @@
 """Benchmark: the tiny RL trainer's step, split into its phases, per precision recipe.
 
 For each recipe it runs one default-length run (``TrainConfig`` defaults: tiny-s base,
-GRPO, 8 prompts x 4 samples, 64 new tokens, 2 mini-batches, 20 steps, no evaluation)
+GRPO, 16 prompts x 8 samples, 64 new tokens, 4 mini-batches, 60 steps, no evaluation)
 into a temporary run store and reads the trainer's own ``timing_s/*`` metrics:
 
 - rollout (``gen``), old log-probs, PPO update, calibration (the two BF16 shadow
@@ -94,7 +94,9 @@ def main() -> None:
     base = rows["BF16 rollout + BF16 training"][0]["step"]
     print(
         f"torch {torch.__version__}, {args.threads} threads, {platform.processor() or 'cpu'}, "
-        f"{os.cpu_count()} cores; {args.steps} steps of 8 prompts x 4 samples x 64 tokens\n"
+        f"{os.cpu_count()} cores; {args.steps} steps of {TrainConfig.prompts_per_step} prompts x "
+        f"{TrainConfig.n_samples} samples x {TrainConfig.max_new_tokens} tokens, "
+        f"{TrainConfig.ppo_mini_batches} mini-batches\n"
     )
     print(
         "| run | step (median) | vs BF16 | rollout | old log-probs | update | calibration "
