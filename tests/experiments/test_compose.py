@@ -158,10 +158,12 @@ def test_command_line_values_replace_a_presets_axis() -> None:
 
 def test_the_regime_sweep_is_symmetric_in_width() -> None:
     points = expand_grid(["+sweep=regime"])
-    assert len(points) == 3 * 3 * 2 * 2 * 2
+    assert len(points) == 2 * 3 * 2 * 2 * 2  # docs/regime.md's pre-registered grid
     train = to_train_config(compose(points[0]))
     assert train.eps_low == train.eps_high == 0.05
     assert train.ppo_mini_batches == 4
+    assert train.shadow_every == 1  # every step compared with its BF16 shadow
+    assert train.recipe != "bf16"  # FP8 runs only
 
 
 # ------------------------------------------------------------------ refusals
