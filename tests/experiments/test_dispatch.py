@@ -7,22 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from fp8rl.experiments.build import to_train_config
 from fp8rl.experiments.compose import compose
 from fp8rl.experiments.dispatch import run_config, run_one
 from fp8rl.experiments.schema import ConfigError
 from fp8rl.runs import RunStore, read_step_log
-from fp8rl.tiny.sft import build_base_model
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("base_models")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    build_base_model(to_train_config(compose(["+experiment=test"])).base, path)
-    yield path
-    torch.set_num_threads(threads)
 
 
 def cfg(tmp: Path, cache: Path, *overrides: str):

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import optuna
 import pytest
-import torch
 import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
@@ -33,7 +32,6 @@ from fp8rl.experiments.search import (
     trial_overrides,
 )
 from fp8rl.runs import RunStore
-from fp8rl.tiny.sft import build_base_model
 from fp8rl.tiny.train import TrainConfig
 
 from quick_runs import QUICK as _QUICK
@@ -106,16 +104,6 @@ def metric_steps(path: Path, name: str = "metrics.jsonl") -> list[int]:
 
 def never_train(*args, **kwargs):
     raise AssertionError("the search trained although its spec is bad")
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # CPU determinism: one summation order everywhere
-    path = tmp_path_factory.mktemp("base_models")
-    build_base_model(BASE, path)
-    yield path
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -19,12 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from fp8rl.experiments.build import to_train_config
 from fp8rl.experiments.compose import Composer, compose, expand_grid
 from fp8rl.experiments.dispatch import run_config, run_one
 from fp8rl.experiments.grid import plan_grid
 from fp8rl.runs import RunStore, read_step_log
-from fp8rl.tiny.sft import build_base_model
 
 from room_rules import REPO
 
@@ -71,16 +69,6 @@ def metrics(run_dir: Path) -> list[dict]:
         )
         for r in read_step_log(run_dir / "metrics.jsonl").to_rows()
     ]
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("base_models")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    build_base_model(to_train_config(compose(["+experiment=test"])).base, path)
-    torch.set_num_threads(threads)
-    return path
 
 
 def plan(root: Path, cache: Path, *extra: str):

@@ -47,16 +47,6 @@ REQUIRED = (
 )
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # CPU determinism: one summation order everywhere
-    path = tmp_path_factory.mktemp("base_models")
-    build_base_model(QUICK_BASE, path)
-    yield path
-    torch.set_num_threads(threads)
-
-
 def run(tmp: Path, cache: Path, **changes):
     cfg = dataclasses.replace(QUICK, **changes)
     return train(cfg, RunStore(tmp / "runs"), "test", cache_dir=cache)
