@@ -27,7 +27,6 @@ The protocol (fixed before any FP8 run was looked at; docs/tiny_trainer.md):
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import statistics
@@ -38,7 +37,8 @@ import torch
 from scipy import stats
 from tqdm import tqdm
 
-from fp8rl.runs import RunStore
+from fp8rl.rl import summarize_shadow_steps
+from fp8rl.runs import RunStore, read_step_log
 from fp8rl.tiny.evaluate import EvalConfig
 from fp8rl.tiny.tasks import FAMILIES
 from fp8rl.tiny.train import TrainConfig, train
@@ -90,7 +90,8 @@ def configs(part: str, seeds: int) -> list[tuple[str, TrainConfig]]:
 
 
 def read(path: Path, name: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (path / name).read_text().splitlines()]
+    """A run's step log as flat rows (``{"step": n, **metrics}``), through the run store."""
+    return read_step_log(path / name).to_rows()
 
 
 def t_interval(values: list[float]) -> tuple[float, float, float]:
@@ -105,10 +106,11 @@ def report_improvement(paths: list[Path]) -> None:
     print(f"\n### BF16 RL vs the SFT base ({len(paths)} seeds, {METRIC}, T=1)\n")
     print("| family | SFT base | after RL (mean over seeds) | improvement | 95% CI |")
     print("|---|---|---|---|---|")
+    evals = [read(p, "eval.jsonl") for p in paths]
     for family in (*FAMILIES, "all"):
         key = f"val-core/{family}/{METRIC}"
-        first = [read(p, "eval.jsonl")[0]["data"][key] for p in paths]
-        last = [read(p, "eval.jsonl")[-1]["data"][key] for p in paths]
+        first = [ev[0][key] for ev in evals]
+        last = [ev[-1][key] for ev in evals]
         mean, lo, hi = t_interval([b - a for a, b in zip(first, last, strict=True)])
         print(
             f"| {family} | {statistics.fmean(first):.3f} | {statistics.fmean(last):.3f} | "
@@ -126,7 +128,7 @@ def report_recipes(named: list[tuple[str, Path]]) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, path in named:
         ev = read(path, "eval.jsonl")
-        ms = [r["data"] for r in read(path, "metrics.jsonl")]
+        ms = read(path, "metrics.jsonl")
         last = ms[-10:]
 
         def mean(key: str, rows: list[dict[str, Any]] = ms) -> float:
@@ -134,8 +136,8 @@ def report_recipes(named: list[tuple[str, Path]]) -> None:
             return statistics.fmean(vals) if vals else math.nan
 
         print(
-            f"| {name} | {ev[0]['data'][f'val-core/all/{METRIC}']:.3f} | "
-            f"{ev[-1]['data'][f'val-core/all/{METRIC}']:.3f} | {mean('critic/score/mean'):.3f} | "
+            f"| {name} | {ev[0][f'val-core/all/{METRIC}']:.3f} | "
+            f"{ev[-1][f'val-core/all/{METRIC}']:.3f} | {mean('critic/score/mean'):.3f} | "
             f"{mean('critic/score/mean', last):.3f} | {ms[0]['actor/entropy']:.3f} -> "
             f"{ms[-1]['actor/entropy']:.3f} | {mean('fp8rl/well_formed_frac', last):.3f} | "
             f"{mean('fp8rl/repeat_4gram_frac', last):.3f} | "
@@ -147,26 +149,8 @@ def report_recipes(named: list[tuple[str, Path]]) -> None:
 
 
 def post_calibration_gaps(path: Path) -> dict[str, float]:
-    """Mean |FP8 - BF16 shadow| lower-clip share (A<0) on shadow steps that are not
-    calibration steps, and the mean shares themselves."""
-    rows = [
-        r["data"]
-        for r in read(path, "metrics.jsonl")
-        if r["data"].get("fp8rl/shadow/is_shadow_step") == 1.0
-        and r["step"] > K
-        and r["step"] % K  # the same steps in every run: after the first calibration
-    ]
-    key = "fp8rl/shadow/clipfrac_low_negadv"
-    return {
-        "abs_gap": statistics.fmean(abs(r[f"{key}_gap"]) for r in rows),
-        "fp8": statistics.fmean(r[f"{key}_fp8"] for r in rows),
-        "bf16": statistics.fmean(r[f"{key}_bf16"] for r in rows),
-        "high_abs_gap": statistics.fmean(
-            abs(r["fp8rl/shadow/clipfrac_high_posadv_gap"]) for r in rows
-        ),
-        "clip_low": statistics.fmean(r["fp8rl/clip_low"] for r in rows),
-        "steps": len(rows),
-    }
+    """The shadow comparison of a run on the steps after a calibration (K)."""
+    return summarize_shadow_steps(read(path, "metrics.jsonl"), K)
 
 
 def report_calibration(named: dict[str, Path]) -> None:
@@ -184,16 +168,16 @@ def report_calibration(named: dict[str, Path]) -> None:
                 g[clipping] = post_calibration_gaps(named[calib_name(eps, clipping, s)])
                 x = g[clipping]
                 print(
-                    f"| {eps} | {s} | {clipping} | {x['clip_low']:.4f} | {x['fp8']:.4f} | "
-                    f"{x['bf16']:.4f} | {x['abs_gap']:.4f} | {x['high_abs_gap']:.4f} | "
-                    f"{x['steps']} |"
+                    f"| {eps} | {s} | {clipping} | {x['post_clip_low']:.4f} | "
+                    f"{x['post_fp8']:.4f} | {x['post_bf16']:.4f} | {x['post_abs_gap']:.4f} | "
+                    f"{x['post_high_abs_gap']:.4f} | {x['post_steps']:.0f} |"
                 )
             verdicts.append(
-                f"eps {eps} seed {s}: calibrated |gap| {g['calibrated']['abs_gap']:.4f} vs "
-                f"standard {g['standard']['abs_gap']:.4f} -> "
+                f"eps {eps} seed {s}: calibrated |gap| {g['calibrated']['post_abs_gap']:.4f} vs "
+                f"standard {g['standard']['post_abs_gap']:.4f} -> "
                 + (
                     "closer"
-                    if g["calibrated"]["abs_gap"] < g["standard"]["abs_gap"]
+                    if g["calibrated"]["post_abs_gap"] < g["standard"]["post_abs_gap"]
                     else "NOT closer"
                 )
             )

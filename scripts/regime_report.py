@@ -20,27 +20,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-KEY = "fp8rl/shadow/clipfrac_low_negadv"
-HIGH = "fp8rl/shadow/clipfrac_high_posadv"
+from fp8rl.rl import summarize_shadow_steps
+from fp8rl.runs import read_step_log
 
 
-def load(root: Path, period: int) -> dict[tuple, dict[str, Any]]:
-    """(eps, recipe, source, clipping, seed) -> per-run summary, for finished runs."""
+def load(root: Path, period: int) -> dict[tuple, dict[str, float]]:
+    """(eps, recipe, source, clipping, seed) -> ``summarize_shadow_steps`` of each finished
+    run."""
     out = {}
     for run in sorted(p for p in root.iterdir() if (p / "status.json").exists()):
         if json.loads((run / "status.json").read_text())["status"] != "done":
             continue
         cfg = yaml.safe_load((run / "config.yaml").read_text())
-        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-        shadow = [(r["step"], r["data"]) for r in rows if KEY + "_gap" in r["data"]]
-        post = [d for s, d in shadow if s > period and s % period]
         key = (
             cfg["eps_low"],
             cfg["recipe"],
@@ -48,19 +44,8 @@ def load(root: Path, period: int) -> dict[tuple, dict[str, Any]]:
             cfg["clipping"],
             cfg["seed"],
         )
-        out[key] = {
-            "D": statistics.fmean(d[KEY + "_gap"] for _, d in shadow),
-            "D+": statistics.fmean(d[HIGH + "_gap"] for _, d in shadow),
-            "fp8": statistics.fmean(d[KEY + "_fp8"] for _, d in shadow),
-            "bf16": statistics.fmean(d[KEY + "_bf16"] for _, d in shadow),
-            "negadv": statistics.fmean(d["fp8rl/shadow/n_negadv"] for _, d in shadow),
-            "post_abs_gap": statistics.fmean(abs(d[KEY + "_gap"]) for d in post),
-            "post_fp8": statistics.fmean(d[KEY + "_fp8"] for d in post),
-            "post_bf16": statistics.fmean(d[KEY + "_bf16"] for d in post),
-            "clip_low": statistics.fmean(d["fp8rl/clip_low"] for d in post),
-            "steps": len(shadow),
-            "post_steps": len(post),
-        }
+        rows = read_step_log(run / "metrics.jsonl").to_rows()
+        out[key] = summarize_shadow_steps(rows, period)
     return out
 
 
@@ -102,7 +87,7 @@ def main() -> None:
             b = runs.get((eps, recipe, source, "calibrated", s))
             if a and b:
                 print(
-                    f"| {eps} | {recipe} | {source} | {s} | {b['clip_low']:.4f} | "
+                    f"| {eps} | {recipe} | {source} | {s} | {b['post_clip_low']:.4f} | "
                     f"{a['post_abs_gap']:.4f} | {b['post_abs_gap']:.4f} | "
                     f"{a['post_fp8']:.4f} / {b['post_fp8']:.4f} | "
                     f"{a['post_bf16']:.4f} / {b['post_bf16']:.4f} |"

@@ -34,6 +34,7 @@ from fp8rl.rl.diagnostics import (
     logratio_histogram,
     quantiles_linear,
     shadow_clip_comparison,
+    summarize_shadow_steps,
 )
 from fp8rl.rl.losses import (
     POLICY_LOSSES,
@@ -85,5 +86,6 @@ __all__ = [
     "quantiles_linear",
     "resolve_bounds",
     "shadow_clip_comparison",
+    "summarize_shadow_steps",
     "update_mass",
 ]

@@ -46,6 +46,9 @@ per-micro-batch shares, like verl's own ``actor/pg_clipfrac``.
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -275,4 +278,43 @@ def shadow_clip_comparison(
         f"{prefix}/clipfrac_high_posadv_gap": high_f - high_b,
         f"{prefix}/n_negadv": float(neg.sum()),
         f"{prefix}/n_posadv": float(pos.sum()),
+    }
+
+
+def summarize_shadow_steps(
+    rows: list[Mapping[str, Any]], period: int, prefix: str = "fp8rl/shadow"
+) -> dict[str, float]:
+    """A run's :func:`shadow_clip_comparison` metrics, summarised from its logged steps.
+
+    ``rows`` are flat step records (``{"step": n, **metrics}``, the run store's
+    ``read_step_log(path).to_rows()``); shadow steps are those carrying the comparison.
+    Over all shadow steps: ``D`` (mean lower-side gap, FP8 at its active bound minus BF16
+    at the nominal one, negative advantages), ``D+`` (the upper side, positive
+    advantages), the mean shares ``fp8`` and ``bf16`` and ``negadv`` tokens per step. Over
+    the shadow steps after the first calibration that are not calibration steps
+    (``step > period`` and ``step % period != 0``: the same steps whether or not the run
+    calibrates): ``post_abs_gap``, ``post_high_abs_gap`` (mean absolute gaps),
+    ``post_fp8``, ``post_bf16`` and ``post_clip_low`` (the active lower bound). Means of
+    no steps are NaN; ``steps`` and ``post_steps`` count them.
+    """
+    low, high = f"{prefix}/clipfrac_low_negadv", f"{prefix}/clipfrac_high_posadv"
+    shadow = [r for r in rows if f"{low}_gap" in r]
+    post = [r for r in shadow if r["step"] > period and r["step"] % period]
+
+    def mean(values: list[float]) -> float:
+        return statistics.fmean(values) if values else math.nan
+
+    return {
+        "D": mean([r[f"{low}_gap"] for r in shadow]),
+        "D+": mean([r[f"{high}_gap"] for r in shadow]),
+        "fp8": mean([r[f"{low}_fp8"] for r in shadow]),
+        "bf16": mean([r[f"{low}_bf16"] for r in shadow]),
+        "negadv": mean([r[f"{prefix}/n_negadv"] for r in shadow]),
+        "post_abs_gap": mean([abs(r[f"{low}_gap"]) for r in post]),
+        "post_high_abs_gap": mean([abs(r[f"{high}_gap"]) for r in post]),
+        "post_fp8": mean([r[f"{low}_fp8"] for r in post]),
+        "post_bf16": mean([r[f"{low}_bf16"] for r in post]),
+        "post_clip_low": mean([r["fp8rl/clip_low"] for r in post]),
+        "steps": float(len(shadow)),
+        "post_steps": float(len(post)),
     }

@@ -51,3 +51,31 @@ def test_bad_input_is_rejected(shapes, bounds, message) -> None:
     a, b = (torch.zeros(s) for s in shapes)
     with pytest.raises(ValueError, match=message):
         shadow_clip_comparison(a, b, torch.zeros(1, 3), torch.ones(1, 3), *bounds)
+
+
+def test_summarize_shadow_steps_splits_all_and_post_calibration_steps() -> None:
+    from fp8rl.rl import summarize_shadow_steps
+
+    def row(step: int, gap: float) -> dict:
+        p = "fp8rl/shadow/"
+        return {
+            "step": step,
+            "fp8rl/clip_low": 0.9,
+            f"{p}clipfrac_low_negadv_gap": gap,
+            f"{p}clipfrac_low_negadv_fp8": gap + 0.01,
+            f"{p}clipfrac_low_negadv_bf16": 0.01,
+            f"{p}clipfrac_high_posadv_gap": 0.5 * gap,
+            f"{p}n_negadv": 10.0,
+        }
+
+    # K = 2: steps 1 and 2 precede or are calibrations, 4 calibrates, 3 and 5 count; step
+    # 6 has no shadow metrics and is no shadow step
+    rows = [row(1, 0.1), row(2, -0.2), row(3, -0.3), row(4, 0.4), row(5, 0.5), {"step": 6}]
+    out = summarize_shadow_steps(rows, period=2)
+    assert out["steps"] == 5.0 and out["post_steps"] == 2.0
+    assert out["D"] == pytest.approx(0.1)  # (0.1 - 0.2 - 0.3 + 0.4 + 0.5) / 5
+    assert out["D+"] == pytest.approx(0.05)
+    assert out["post_abs_gap"] == pytest.approx(0.4)  # (|-0.3| + |0.5|) / 2
+    assert out["post_fp8"] == pytest.approx(0.11)
+    assert out["post_clip_low"] == pytest.approx(0.9)
+    assert math.isnan(summarize_shadow_steps([{"step": 1}], period=2)["D"])
