@@ -55,7 +55,10 @@ def main() -> None:
     ap.add_argument("--experiment", default="regime")
     ap.add_argument("--period", type=int, default=5, help="the calibration period K")
     args = ap.parse_args()
-    runs = load(Path(args.runs) / args.experiment, args.period)
+    root = Path(args.runs) / args.experiment
+    if not root.is_dir():
+        raise SystemExit(f"no experiment directory {root}: run python sweep.py +sweep=regime first")
+    runs = load(root, args.period)
     if not runs:
         raise SystemExit(f"no finished runs in {Path(args.runs) / args.experiment}")
     seeds = sorted({k[4] for k in runs})
