@@ -22,11 +22,11 @@ setup: $(STAMP) ## Create .venv and install fp8rl with its dev extra (quick when
 
 .PHONY: test
 test: setup ## Run the test suite without tests marked slow
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 .PHONY: test-all
 test-all: setup ## Run every test, slow end-to-end ones included
-	$(PY) -m pytest -q -m ''
+	$(PY) -m pytest -q -m '' $(PYTEST_ARGS)
 
 .PHONY: lint
 lint: setup ## ruff check and format check

@@ -37,18 +37,22 @@ from fp8rl.rl.diagnostics import (
     summarize_shadow_steps,
 )
 from fp8rl.rl.losses import (
+    LIVE_BOUND_LOSSES,
     POLICY_LOSSES,
     ActorLossConfig,
     PolicyLossOptions,
     cispo_loss,
     compute_policy_loss_calibrated_clip,
     compute_policy_loss_cispo,
+    compute_policy_loss_vanilla,
     get_policy_loss,
     ppo_clip_loss,
     resolve_bounds,
+    standard_bounds,
 )
 
 __all__ = [
+    "LIVE_BOUND_LOSSES",
     "LOGRATIO_HIST_EDGES",
     "LOGRATIO_HIST_NUM_BINS",
     "LOSS_AGG_MODES",
@@ -72,6 +76,7 @@ __all__ = [
     "compute_mismatch_correction",
     "compute_policy_loss_calibrated_clip",
     "compute_policy_loss_cispo",
+    "compute_policy_loss_vanilla",
     "dapo_keep_mask",
     "get_policy_loss",
     "group_index",
@@ -86,6 +91,7 @@ __all__ = [
     "quantiles_linear",
     "resolve_bounds",
     "shadow_clip_comparison",
+    "standard_bounds",
     "summarize_shadow_steps",
     "update_mass",
 ]

@@ -5,16 +5,27 @@ Two layers:
 1. :func:`ppo_clip_loss` and :func:`cispo_loss` take the clip bounds ``[L, H]``
    explicitly. This is the function the paper's equation describes and the one the tiny
    backend can call directly.
-2. :func:`compute_policy_loss_calibrated_clip` and :func:`compute_policy_loss_cispo` have
-   verl 0.9.1's policy-loss signature exactly (``old_log_prob, log_prob, advantages,
-   response_mask, loss_agg_mode, config, rollout_is_weights -> (loss, metrics)``) and
-   read the bounds from ``config``; ``fp8rl.rl.verl_registry`` registers them in verl as
-   ``calibrated_clip`` and ``fp8rl_cispo``. ``config`` is verl's ``ActorConfig`` at verl
-   scale and :class:`ActorLossConfig` on the tiny backend; both expose the same fields.
+2. :func:`compute_policy_loss_vanilla`, :func:`compute_policy_loss_calibrated_clip` and
+   :func:`compute_policy_loss_cispo` have verl 0.9.1's policy-loss signature exactly
+   (``old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config,
+   rollout_is_weights -> (loss, metrics)``) and read the bounds from ``config``.
+   ``config`` is verl's ``ActorConfig`` at verl scale and :class:`ActorLossConfig` on the
+   tiny backend; both expose the same fields.
+
+One name per loss on both backends (:data:`POLICY_LOSSES`):
+
+- ``vanilla``: standard PPO clip. In verl this is verl's own built-in loss of that name
+  (same math; the tests compare them), so it is not registered again there.
+- ``calibrated_clip``: PPO clip with live bounds; registered in verl by
+  ``fp8rl.rl.verl_registry``.
+- ``fp8rl_cispo``: CISPO with our diagnostics and live bounds; registered in verl under
+  this name (verl's own ``cispo`` keeps its name).
 
 Where the bounds come from (verl-signature layer), first match wins:
 
-- ``config.policy_loss.clip_low`` / ``clip_high`` when set: the live, calibrated bounds;
+- ``config.policy_loss.clip_low`` / ``clip_high`` when set: the live, calibrated bounds
+  (read only by the losses in :data:`LIVE_BOUND_LOSSES`; ``vanilla`` ignores them, as
+  verl's does);
 - otherwise ``1 - config.clip_ratio_low`` / ``1 + config.clip_ratio_high`` (verl's
   ``clip_ratio`` standing in for a missing side), i.e. standard PPO clipping.
 
@@ -217,7 +228,8 @@ class PolicyLossOptions:
     ``fp8rl.rl.verl_registry.CalibratedClipLossConfig`` (a test keeps them in sync).
 
     Attributes:
-        loss_mode: registry name of the loss (``calibrated_clip``, ``cispo``, ...).
+        loss_mode: name of the loss in :data:`POLICY_LOSSES` (``vanilla``,
+            ``calibrated_clip``, ``fp8rl_cispo``).
         clip_low, clip_high: live ratio bounds ``L``, ``H``; None means "derive from the
             actor's ``clip_ratio_low``/``clip_ratio_high``". The calibrator writes these.
         diagnostics: emit the ``fp8rl/*`` diagnostics.
@@ -265,28 +277,38 @@ def _get(cfg: Any, key: str, default: Any = None) -> Any:
     return getattr(cfg, key, default)
 
 
-def resolve_bounds(config: Any) -> tuple[float, float]:
-    """The bounds ``(L, H)`` a verl-signature loss clips with, given its ``config``.
+def standard_bounds(config: Any) -> tuple[float, float]:
+    """The standard PPO bounds ``(L, H)`` of ``config``, ignoring any live bounds.
 
-    Live bounds on ``config.policy_loss`` win; otherwise verl's clip ratios, mapped by
-    ``fp8rl.rl.bounds.bounds_from_clip_ratios`` (``L = 1 - clip_ratio_low``,
-    ``H = 1 + clip_ratio_high``).
+    verl's clip ratios, mapped by ``fp8rl.rl.bounds.bounds_from_clip_ratios``
+    (``L = 1 - clip_ratio_low``, ``H = 1 + clip_ratio_high``; ``clip_ratio`` for a side
+    that is None), exactly as verl's ``compute_policy_loss_vanilla`` reads them.
     """
-    policy_loss = _get(config, "policy_loss")
-    live_low, live_high = _get(policy_loss, "clip_low"), _get(policy_loss, "clip_high")
     clip_ratio = _get(config, "clip_ratio", 0.2)
     eps_low = _get(config, "clip_ratio_low")
     eps_high = _get(config, "clip_ratio_high")
-    std_low, std_high = bounds_from_clip_ratios(
+    return bounds_from_clip_ratios(
         eps_low if eps_low is not None else clip_ratio,
         eps_high if eps_high is not None else clip_ratio,
     )
+
+
+def resolve_bounds(config: Any) -> tuple[float, float]:
+    """The bounds ``(L, H)`` a live-bound loss (:data:`LIVE_BOUND_LOSSES`) clips with.
+
+    Live bounds on ``config.policy_loss`` win; otherwise :func:`standard_bounds`.
+    """
+    policy_loss = _get(config, "policy_loss")
+    live_low, live_high = _get(policy_loss, "clip_low"), _get(policy_loss, "clip_high")
+    std_low, std_high = standard_bounds(config)
     low = float(live_low) if live_low is not None else std_low
     high = float(live_high) if live_high is not None else std_high
     return low, high
 
 
-def _common_args(config: Any, rollout_is_weights: torch.Tensor | None) -> dict[str, Any]:
+def _common_args(
+    config: Any, rollout_is_weights: torch.Tensor | None, *, live_bounds: bool = True
+) -> dict[str, Any]:
     if config is None:
         raise ValueError("a policy loss needs its actor config (verl passes ActorConfig)")
     policy_loss = _get(config, "policy_loss")
@@ -298,7 +320,7 @@ def _common_args(config: Any, rollout_is_weights: torch.Tensor | None) -> dict[s
             "(and do not use bypass_mode); on the tiny backend pass the weights from "
             "fp8rl.rl.correction.compute_mismatch_correction."
         )
-    low, high = resolve_bounds(config)
+    low, high = resolve_bounds(config) if live_bounds else standard_bounds(config)
     return {
         "clip_low": low,
         "clip_high": high,
@@ -307,6 +329,42 @@ def _common_args(config: Any, rollout_is_weights: torch.Tensor | None) -> dict[s
         "diagnostics": bool(_get(policy_loss, "diagnostics", True)),
         "histograms": bool(_get(policy_loss, "histograms", True)),
     }
+
+
+def compute_policy_loss_vanilla(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """verl-signature standard PPO clip with our diagnostics: the harness's ``vanilla``.
+
+    Per token, with ``eps_low = config.clip_ratio_low``, ``eps_high = config.clip_ratio_high``
+    (``config.clip_ratio`` for a missing side) and ``c = config.clip_ratio_c``:
+
+        L, H = 1 - eps_low, 1 + eps_high                      the standard trust region
+        l_t  = the dual-clipped surrogate of :func:`ppo_clip_loss` at [L, H] and c
+
+    Live bounds on ``config.policy_loss`` are ignored, as verl's ``vanilla`` ignores them;
+    a config asking for calibration must pick a loss in :data:`LIVE_BOUND_LOSSES`. In verl
+    the name ``vanilla`` is verl's own ``compute_policy_loss_vanilla``, equal to this one
+    in loss, gradient and shared metrics (tests/rl/test_losses.py), without ``fp8rl/*``.
+    """
+    # [L, H] from the clip ratios only, never from config.policy_loss.clip_low/clip_high.
+    args = _common_args(config, rollout_is_weights, live_bounds=False)
+    # The dual-clipped PPO surrogate at those bounds, weighted and aggregated.
+    return ppo_clip_loss(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        loss_agg_mode,
+        clip_ratio_c=float(_get(config, "clip_ratio_c", 3.0)),
+        **args,
+    )
 
 
 def compute_policy_loss_calibrated_clip(
@@ -353,17 +411,24 @@ def compute_policy_loss_cispo(
     )
 
 
-#: The harness's own loss registry (the tiny backend selects by name, like verl does).
-#: In verl the same functions are registered under the names in
-#: ``fp8rl.rl.verl_registry.VERL_LOSS_NAMES``.
+#: The harness's loss registry: one name per loss, the same on both backends (the tiny
+#: backend selects by name, like verl does). In verl, ``vanilla`` is verl's built-in loss
+#: (same math) and every other name is registered by ``fp8rl.rl.verl_registry``.
 POLICY_LOSSES: dict[str, PolicyLossFn] = {
+    "vanilla": compute_policy_loss_vanilla,
     "calibrated_clip": compute_policy_loss_calibrated_clip,
-    "cispo": compute_policy_loss_cispo,
+    "fp8rl_cispo": compute_policy_loss_cispo,
 }
+
+#: The losses that clip with the live bounds ``config.policy_loss.clip_low/clip_high``
+#: (:func:`resolve_bounds`): the only ones Calibrated Clipping can drive. ``vanilla``
+#: ignores live bounds, so a calibrated run with it would silently clip at the standard
+#: bounds.
+LIVE_BOUND_LOSSES: tuple[str, ...] = ("calibrated_clip", "fp8rl_cispo")
 
 
 def get_policy_loss(name: str) -> PolicyLossFn:
-    """The harness loss registered as ``name`` (``calibrated_clip`` or ``cispo``)."""
+    """The harness loss registered as ``name``, one of :data:`POLICY_LOSSES`."""
     try:
         return POLICY_LOSSES[name]
     except KeyError:

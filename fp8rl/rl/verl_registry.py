@@ -2,11 +2,17 @@
 
 verl 0.9.1 loads every ``verl.plugins`` entry point while ``import verl`` runs
 (``verl/__init__.py``; ``VERL_USE_EXTERNAL_PLUGINS=none`` turns that off). Loading this
-module registers, in ``verl.trainer.ppo.core_algos.POLICY_LOSS_REGISTRY``:
+module registers, in ``verl.trainer.ppo.core_algos.POLICY_LOSS_REGISTRY``, every loss of
+``fp8rl.rl.losses.POLICY_LOSSES`` under the same name (:data:`VERL_LOSS_NAMES`), except
+the ones verl already has with the same math (:data:`VERL_BUILTIN_LOSSES`):
 
 - ``calibrated_clip``: ``fp8rl.rl.losses.compute_policy_loss_calibrated_clip``
 - ``fp8rl_cispo``: ``fp8rl.rl.losses.compute_policy_loss_cispo`` (CISPO with our
   diagnostics; verl's own ``cispo`` stays available under its name).
+- ``vanilla`` is not registered: it is verl's built-in ``compute_policy_loss_vanilla``,
+  which our ``vanilla`` equals (without the ``fp8rl/*`` diagnostics).
+
+A name that would overwrite a different verl loss makes the import fail.
 
 verl ignores a plugin that fails to import (it logs at DEBUG), so
 tests/rl/test_verl_plugin.py checks the registration in a fresh process.
@@ -34,32 +40,41 @@ import logging
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-from verl.trainer.ppo.core_algos import register_policy_loss
+from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, register_policy_loss
 from verl.workers.config import PolicyLossConfig
 
 from fp8rl.rl.bounds import check_bounds
 from fp8rl.rl.calibration import CalibratorConfig
-from fp8rl.rl.losses import (
-    PolicyLossOptions,
-    compute_policy_loss_calibrated_clip,
-    compute_policy_loss_cispo,
-)
+from fp8rl.rl.losses import POLICY_LOSSES, PolicyLossOptions
 
 logger = logging.getLogger(__name__)
 
-#: verl registry name -> our function.
+#: Names of ``POLICY_LOSSES`` that verl ships itself, with the same math: used as is.
+VERL_BUILTIN_LOSSES: tuple[str, ...] = ("vanilla",)
+
+#: verl registry name -> our function: ``POLICY_LOSSES`` less verl's built-ins, so the
+#: names cannot drift between the backends.
 VERL_LOSS_NAMES: dict[str, Any] = {
-    "calibrated_clip": compute_policy_loss_calibrated_clip,
-    "fp8rl_cispo": compute_policy_loss_cispo,
+    name: fn for name, fn in POLICY_LOSSES.items() if name not in VERL_BUILTIN_LOSSES
 }
 
 for _name, _fn in VERL_LOSS_NAMES.items():
+    _existing = POLICY_LOSS_REGISTRY.get(_name)
+    if _existing is not None and _existing is not _fn:
+        raise RuntimeError(
+            f"fp8rl's policy loss {_name!r} would replace verl's "
+            f"{_existing.__module__}.{_existing.__qualname__}; rename it in "
+            "fp8rl.rl.losses.POLICY_LOSSES (or list it in VERL_BUILTIN_LOSSES if it is verl's)"
+        )
     register_policy_loss(_name)(_fn)
 
 
 @dataclass
 class CalibratedClipLossConfig(PolicyLossConfig):
     """verl's ``PolicyLossConfig`` plus fp8rl's loss options and calibration knobs.
+
+    ``loss_mode`` must be one of :data:`VERL_LOSS_NAMES` (the losses that read these
+    fields); ``__post_init__`` refuses any other, ``vanilla`` included.
 
     Loss options (same names as ``fp8rl.rl.losses.PolicyLossOptions``): ``clip_low``,
     ``clip_high`` (live bounds, mutable; None = standard), ``diagnostics``,
@@ -100,8 +115,10 @@ class CalibratedClipLossConfig(PolicyLossConfig):
         if self.loss_mode not in VERL_LOSS_NAMES:
             raise ValueError(
                 f"CalibratedClipLossConfig is selected but loss_mode={self.loss_mode!r} would "
-                "ignore its fields; set actor_rollout_ref.actor.policy_loss.loss_mode to one "
-                f"of {sorted(VERL_LOSS_NAMES)}"
+                "ignore its fields (verl's own losses, `vanilla` among them, read none of "
+                "them); set actor_rollout_ref.actor.policy_loss.loss_mode to one of "
+                f"{sorted(VERL_LOSS_NAMES)}, or drop the policy_loss._target_ override to "
+                "run verl's loss"
             )
         if (self.clip_low is None) != (self.clip_high is None):
             raise ValueError("set both clip_low and clip_high, or neither")

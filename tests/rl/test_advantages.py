@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from verl.trainer.ppo import core_algos
 
 from fp8rl.rl import (
     LOSS_AGG_MODES,
@@ -16,8 +17,6 @@ from fp8rl.rl import (
     kl_to_reference_loss,
     overlong_penalty,
 )
-
-core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
 
 
 def _rollouts(seed: int, groups: int = 6, n: int = 4, length: int = 9, binary: bool = False):

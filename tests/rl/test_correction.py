@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from verl.trainer.ppo import rollout_corr_helper as helper
 
 from fp8rl.rl import TIS_TOKEN_C2, MismatchCorrection, compute_mismatch_correction
-
-helper = pytest.importorskip("verl.trainer.ppo.rollout_corr_helper")
 
 CASES = [
     MismatchCorrection(rollout_is="token", rollout_is_threshold=2.0),

@@ -1,8 +1,9 @@
 """The policy losses against verl's own functions and against autograd.
 
-Reference for the PPO-clip loss: ``verl.trainer.ppo.core_algos.compute_policy_loss_vanilla``
-(and ``compute_policy_loss_cispo``, ``agg_loss``) run on the same inputs; reference for
-the diagnostics: direct counting and autograd's per-token gradients.
+Reference for the PPO-clip losses (``vanilla``, ``calibrated_clip``):
+``verl.trainer.ppo.core_algos.compute_policy_loss_vanilla`` (and ``compute_policy_loss_cispo``,
+``agg_loss``) run on the same inputs; reference for the diagnostics: direct counting and
+autograd's per-token gradients.
 """
 
 from __future__ import annotations
@@ -10,23 +11,26 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
+from verl.trainer.ppo import core_algos
 
 from fp8rl.rl import (
+    LIVE_BOUND_LOSSES,
     LOGRATIO_HIST_EDGES,
     LOGRATIO_HIST_NUM_BINS,
     LOSS_AGG_MODES,
+    POLICY_LOSSES,
     ActorLossConfig,
     PolicyLossOptions,
     agg_loss,
     compute_policy_loss_calibrated_clip,
     compute_policy_loss_cispo,
+    compute_policy_loss_vanilla,
     get_policy_loss,
     ppo_clip_loss,
 )
-
-core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
 
 SHARED = ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower")
 GLOBAL_INFOS = (
@@ -69,6 +73,45 @@ def test_equals_verl_vanilla_at_standard_bounds(mode, adv, batch_factory, verl_a
         # With standard bounds our diagnostics report them.
         assert m["fp8rl/clip_low"] == pytest.approx(1 - eps[0])
         assert m["fp8rl/clip_high"] == pytest.approx(1 + eps[1])
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_vanilla_equals_verl_vanilla_and_ignores_live_bounds(
+    mode, batch_factory, verl_actor_config
+):
+    """Our ``vanilla`` is verl's ``vanilla`` (loss, gradient, shared metrics), live bounds
+    on ``config.policy_loss`` notwithstanding: verl's ignores them, so ours must too."""
+    from fp8rl.rl.verl_registry import CalibratedClipLossConfig
+
+    for seed, adv, eps, use_w in itertools.product(
+        (0, 1, 2), ("mixed", "token"), ((0.2, 0.2), (0.2, 0.28)), (False, True)
+    ):
+        b = batch_factory(seed=seed, adv=adv, spread=0.4)
+        w = torch.rand(b["advantages"].shape, generator=torch.Generator().manual_seed(seed)) * 2
+        w = w if use_w else None
+        live = CalibratedClipLossConfig(clip_low=0.6, clip_high=1.8)
+        cfg = verl_actor_config(*eps, clip_ratio_c=3.0, policy_loss=live)
+        ref_loss, ref_grad, ref_m = _run(core_algos.compute_policy_loss_vanilla, b, mode, cfg, w)
+        loss, grad, m = _run(compute_policy_loss_vanilla, b, mode, cfg, w)
+        torch.testing.assert_close(loss, ref_loss, rtol=0, atol=0)
+        torch.testing.assert_close(grad, ref_grad, rtol=0, atol=0)
+        for key in SHARED:
+            assert m[key] == pytest.approx(ref_m[key], rel=1e-6, abs=1e-7), key
+        assert (m["fp8rl/clip_low"], m["fp8rl/clip_high"]) == pytest.approx(
+            (1 - eps[0], 1 + eps[1])
+        )
+        # The tiny backend's config gives the same numbers.
+        tiny_cfg = ActorLossConfig(
+            clip_ratio_low=eps[0],
+            clip_ratio_high=eps[1],
+            policy_loss=PolicyLossOptions(loss_mode="vanilla", clip_low=0.6, clip_high=1.8),
+        )
+        tiny_loss, tiny_grad, _ = _run(POLICY_LOSSES["vanilla"], b, mode, tiny_cfg, w)
+        torch.testing.assert_close(tiny_loss, ref_loss, rtol=0, atol=0)
+        torch.testing.assert_close(tiny_grad, ref_grad, rtol=0, atol=0)
+        # calibrated_clip on the same config does clip at the live bounds.
+        _, _, m_live = _run(compute_policy_loss_calibrated_clip, b, mode, cfg, w)
+        assert (m_live["fp8rl/clip_low"], m_live["fp8rl/clip_high"]) == (0.6, 1.8)
 
 
 def test_float_mask_equals_verl(batch_factory, verl_actor_config):
@@ -125,10 +168,14 @@ def test_cispo_equals_verl(batch_factory, verl_actor_config):
 
 
 def test_harness_registry_selects_losses():
+    assert get_policy_loss("vanilla") is compute_policy_loss_vanilla
     assert get_policy_loss("calibrated_clip") is compute_policy_loss_calibrated_clip
-    assert get_policy_loss("cispo") is compute_policy_loss_cispo
-    with pytest.raises(ValueError, match="unknown policy loss"):
-        get_policy_loss("nope")
+    assert get_policy_loss("fp8rl_cispo") is compute_policy_loss_cispo
+    # One spelling per loss on both backends: `cispo` is verl's CISPO, not ours.
+    for name in ("nope", "cispo"):
+        with pytest.raises(ValueError, match="unknown policy loss"):
+            get_policy_loss(name)
+    assert set(LIVE_BOUND_LOSSES) == set(POLICY_LOSSES) - {"vanilla"}
 
 
 def _per_token_grad(b, low, high, c, weights=None):
@@ -186,7 +233,6 @@ def test_clip_fractions_by_side_and_sign():
 
 
 def test_ratio_quantiles_match_numpy(batch_factory):
-    np = pytest.importorskip("numpy")
     b = batch_factory(seed=11, extreme=False)
     _, m = _per_token_grad(b, 0.8, 1.2, 3.0)
     mask = b["response_mask"].bool()

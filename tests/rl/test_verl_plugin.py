@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-pytest.importorskip("verl")
+import verl
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,6 +50,7 @@ def test_entry_point_registers_losses_in_a_fresh_process(tmp_path):
         assert get_policy_loss_fn("calibrated_clip") is losses.compute_policy_loss_calibrated_clip
         assert get_policy_loss_fn("fp8rl_cispo") is losses.compute_policy_loss_cispo
         assert get_policy_loss_fn("cispo").__module__ == "verl.trainer.ppo.core_algos"
+        assert get_policy_loss_fn("vanilla").__module__ == "verl.trainer.ppo.core_algos"
         print("REGISTERED")
         """
     )
@@ -63,7 +63,6 @@ def test_entry_point_registers_losses_in_a_fresh_process(tmp_path):
 
 
 def _compose(*overrides: str):
-    import verl
     from hydra import compose, initialize_config_dir
 
     config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
@@ -195,6 +194,22 @@ def test_cispo_is_a_config_switch():
     l_verl, m_verl = _verl_ppo_loss(plain)
     torch.testing.assert_close(l_ours, l_verl)
     assert "fp8rl/clipfrac_low_negadv" in m_ours and "fp8rl/clipfrac_low_negadv" not in m_verl
+
+
+def test_every_harness_loss_name_selects_the_same_loss_in_verl():
+    """One spelling per loss: each POLICY_LOSSES name resolves in verl, to our function or,
+    for ``vanilla``, to verl's built-in of the same math; verl's own names stay verl's."""
+    from verl.trainer.ppo import core_algos
+
+    from fp8rl.rl.losses import POLICY_LOSSES
+    from fp8rl.rl.verl_registry import VERL_BUILTIN_LOSSES, VERL_LOSS_NAMES
+
+    assert VERL_BUILTIN_LOSSES == ("vanilla",)
+    assert VERL_LOSS_NAMES == {k: v for k, v in POLICY_LOSSES.items() if k != "vanilla"}
+    for name, fn in VERL_LOSS_NAMES.items():
+        assert core_algos.get_policy_loss_fn(name) is fn, name
+    assert core_algos.get_policy_loss_fn("vanilla") is core_algos.compute_policy_loss_vanilla
+    assert core_algos.get_policy_loss_fn("cispo") is core_algos.compute_policy_loss_cispo
 
 
 def test_our_config_rejects_a_loss_mode_that_would_ignore_it():
