@@ -73,6 +73,8 @@ from fp8rl.rl.diagnostics import quantiles_linear
 logger = logging.getLogger(__name__)
 
 UPPER_RULES: tuple[str, ...] = ("balance", "quantile")
+#: ``standard``: fixed bounds; ``calibrated``: :class:`Calibrator` moves them.
+CLIPPING_MODES: tuple[str, ...] = ("standard", "calibrated")
 
 
 # --------------------------------------------------------------------------------------

@@ -38,6 +38,10 @@ import torch
 from fp8rl.rl.aggregation import masked_mean, masked_sum
 from fp8rl.rl.diagnostics import to_floats
 
+#: Where pi_old comes from: recomputed by the ``trainer`` (verl's default; TIS corrects the
+#: rollout mismatch) or the ``rollout`` engine's own log-probs (verl's bypass mode).
+OLD_LOGPROB_SOURCES: tuple[str, ...] = ("trainer", "rollout")
+
 logger = logging.getLogger(__name__)
 
 #: verl's bound on log-weights before exponentiating (exp(20) ~ 4.9e8).

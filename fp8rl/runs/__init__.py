@@ -42,6 +42,7 @@ from fp8rl.runs.store import (
     list_runs,
     to_records,
 )
+from fp8rl.runs.summary import RunSummary
 
 __all__ = [
     "RESULTS_VERSION",
@@ -56,6 +57,7 @@ __all__ = [
     "RunStatus",
     "RunStore",
     "RunStoreError",
+    "RunSummary",
     "StepLog",
     "TrainState",
     "atomic_directory",

@@ -1,0 +1,56 @@
+"""The run config: one nested, typed schema whose keys are the Hydra tree's keys.
+
+A room above ``numerics`` and ``rl`` (it takes its option lists from them) and below the
+backends, which read it, and ``experiments``, which composes it with Hydra. Modules:
+
+- :mod:`~fp8rl.config.fields`: ``num``/``choice`` (a field's accepted values, declared
+  once), ``check_fields`` and ``ConfigError``;
+- :mod:`~fp8rl.config.run`: the groups, :class:`RunConfig`, its cross-group checks,
+  ``resolve`` (derived values, unused settings) and ``override`` (dotted-key changes).
+"""
+
+from fp8rl.config.fields import ConfigError, Range, check_fields, choice, num
+from fp8rl.config.run import (
+    BACKENDS,
+    EVAL_PRECISIONS,
+    TASKS,
+    TRAIN_RECIPES,
+    AlgorithmConfig,
+    BackendConfig,
+    ClippingConfig,
+    EvalSettings,
+    GranularityConfig,
+    ModelConfig,
+    RolloutConfig,
+    RunConfig,
+    SFTSettings,
+    TrainSettings,
+    leaf_fields,
+    override,
+    resolve,
+)
+
+__all__ = [
+    "BACKENDS",
+    "EVAL_PRECISIONS",
+    "TASKS",
+    "TRAIN_RECIPES",
+    "AlgorithmConfig",
+    "BackendConfig",
+    "ClippingConfig",
+    "ConfigError",
+    "EvalSettings",
+    "GranularityConfig",
+    "ModelConfig",
+    "Range",
+    "RolloutConfig",
+    "RunConfig",
+    "SFTSettings",
+    "TrainSettings",
+    "check_fields",
+    "choice",
+    "leaf_fields",
+    "num",
+    "override",
+    "resolve",
+]

@@ -1,0 +1,109 @@
+"""Declaring a config field's accepted values once: :func:`num` (a numeric range),
+:func:`choice` (a closed set) and :func:`check_fields` (the one check that reads them).
+
+Every numeric field of the run config is declared with :func:`num` and every closed set
+with :func:`choice`; a test walks the schema and fails on a numeric leaf without a range.
+Messages name the config key (``algorithm.eps_low``), the value and the requirement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ConfigError", "Range", "check_fields", "choice", "num", "num_list"]
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; the message names the keys to change."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """``ge <= x``, ``gt < x``, ``x <= le``, ``x < lt`` (None: no bound on that side)."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+
+    def contains(self, value: float) -> bool:
+        return not (
+            (self.ge is not None and value < self.ge)
+            or (self.gt is not None and value <= self.gt)
+            or (self.le is not None and value > self.le)
+            or (self.lt is not None and value >= self.lt)
+        )
+
+    def describe(self) -> str:
+        low = (
+            f"{self.ge} <= "
+            if self.ge is not None
+            else f"{self.gt} < "
+            if self.gt is not None
+            else ""
+        )
+        high = (
+            f" <= {self.le}"
+            if self.le is not None
+            else f" < {self.lt}"
+            if self.lt is not None
+            else ""
+        )
+        return f"need {low}x{high}"
+
+
+def num(
+    default: Any,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    null: str | None = None,
+) -> Any:
+    """A numeric field with its accepted range; ``null`` says what None stands for (None
+    is refused when it is not given)."""
+    return field(default=default, metadata={"range": Range(ge, gt, le, lt), "null": null})
+
+
+def num_list(default: list[int], *, ge: float | None = None, le: float | None = None) -> Any:
+    """A list of numbers, each in the range."""
+    return field(
+        default_factory=lambda: list(default), metadata={"range": Range(ge=ge, le=le), "list": True}
+    )
+
+
+def choice(default: str | None, options: tuple[str, ...], *, null: str | None = None) -> Any:
+    """A field whose value is one of ``options`` (the room that implements them names them)."""
+    return field(default=default, metadata={"choices": tuple(options), "null": null})
+
+
+def _key(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def check_fields(obj: object, prefix: str = "") -> None:
+    """Check every :func:`num`/:func:`num_list`/:func:`choice` field of the dataclass
+    ``obj``; raises :class:`ConfigError` naming ``<prefix>.<field>``."""
+    for f in dataclasses.fields(obj):  # type: ignore[arg-type]
+        meta, value, key = f.metadata, getattr(obj, f.name), _key(prefix, f.name)
+        if "range" not in meta and "choices" not in meta:
+            continue
+        if value is None:
+            if meta.get("null") is None:
+                raise ConfigError(f"{key} must not be null")
+            continue
+        if "choices" in meta:
+            if value not in meta["choices"]:
+                raise ConfigError(f"{key}={value!r} is not one of {list(meta['choices'])}")
+            continue
+        rng: Range = meta["range"]
+        for item in value if meta.get("list") else [value]:
+            integer = str(f.type).startswith(("int", "list[int]"))
+            if isinstance(item, bool) or not isinstance(item, int if integer else int | float):
+                kind = "an integer" if integer else "a number"
+                raise ConfigError(f"{key}={value!r} must be {kind}")
+            if not rng.contains(item):
+                raise ConfigError(f"{key}={value!r} is out of range: {rng.describe()}")

@@ -1,0 +1,533 @@
+"""The run config: one nested, typed config whose keys are the Hydra tree's keys.
+
+``experiments/conf`` composes into :class:`RunConfig` (plus the experiment system's runtime
+keys); every backend reads the same object, by the same names (``cfg.granularity.training``,
+``cfg.clipping.period``). Each group is a dataclass; each numeric field declares its range
+and each closed set its options once (:mod:`fp8rl.config.fields`), and the option lists
+come from the rooms that implement them (recipes from ``fp8rl.numerics``, algorithms,
+losses and calibration rules from ``fp8rl.rl``). A config is checked when it is built:
+ranges per group, combinations in :meth:`RunConfig.__post_init__`. What depends on a
+backend (model presets, task families, sequence budgets, block sizes against layer
+widths) is the backend's ``validate``.
+
+Settings that stand for "derive it" are ``null``: ``granularity.block_size`` (the
+backend's default for the model), ``train.tis`` (on when old log-probs come from the
+trainer), ``algorithm.overlong_buffer_len`` (a quarter of the response), ``eval.families``
+(every family of the backend). :func:`resolve` fills them in and puts settings the
+configuration does not use back to their defaults, so one run has one id however it was
+spelled; the backends call it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from fp8rl.config.fields import ConfigError, check_fields, choice, num, num_list
+from fp8rl.numerics.recipes import RECIPE_NAMES
+from fp8rl.numerics.rollout import ActScale, RolloutQuantConfig, WeightScale
+from fp8rl.rl.advantages import ALGORITHMS, KL_TYPES
+from fp8rl.rl.aggregation import LOSS_AGG_MODES
+from fp8rl.rl.calibration import CLIPPING_MODES, UPPER_RULES, CalibratorConfig
+from fp8rl.rl.correction import OLD_LOGPROB_SOURCES, MismatchCorrection
+from fp8rl.rl.losses import LIVE_BOUND_LOSSES, POLICY_LOSSES
+
+__all__ = [
+    "BACKENDS",
+    "EVAL_PRECISIONS",
+    "TASKS",
+    "TRAIN_RECIPES",
+    "AlgorithmConfig",
+    "BackendConfig",
+    "ClippingConfig",
+    "EvalSettings",
+    "GranularityConfig",
+    "ModelConfig",
+    "RolloutConfig",
+    "RunConfig",
+    "SFTSettings",
+    "TrainSettings",
+    "leaf_fields",
+    "override",
+    "resolve",
+]
+
+#: Training precisions (``fp32`` is the numerics' reference, not a training precision).
+TRAIN_RECIPES: tuple[str, ...] = tuple(r for r in RECIPE_NAMES if r != "fp32")
+ROLLOUT_WEIGHT_SCALES: tuple[str, ...] = typing.get_args(WeightScale)
+ROLLOUT_ACT_SCALES: tuple[str, ...] = typing.get_args(ActScale)
+#: Which copy the held-out evaluation samples from.
+EVAL_PRECISIONS = ("rollout", "training")
+#: ``train``: an RL run; ``noise_probe``: the config's log-ratio noise on fixed batches.
+TASKS = ("train", "noise_probe")
+BACKENDS = ("tiny", "verl")
+
+
+@dataclass
+class GranularityConfig:
+    """FP8 scaling, spelled out separately for training and rollout.
+
+    training: the training recipe (``bf16`` = BF16, no FP8 GEMMs; the FP8 recipes keep
+        BF16 elsewhere, as TorchAO does).
+    rollout: the rollout's FP8 W8A8 weight scaling (``tensor``/``channel``/``block``,
+        vLLM-style online FP8 re-quantised at every weight sync), or null for a BF16
+        rollout. ``rollout_activation`` overrides the activation scaling (null: follows
+        the weights).
+    block_size: block of ``blockwise`` training and ``block`` rollout scaling; null = the
+        backend's default (tiny: the 8B model's block-to-width ratio, ``mimic_block_size``).
+    lm_head: quantise the LM head too (training and rollout).
+    """
+
+    training: str = choice("bf16", TRAIN_RECIPES)
+    rollout: str | None = choice(None, ROLLOUT_WEIGHT_SCALES, null="BF16 rollout")
+    rollout_activation: str | None = choice(None, ROLLOUT_ACT_SCALES, null="follow the weights")
+    block_size: int | None = num(None, ge=1, null="the backend's default for the model")
+    lm_head: bool = False
+
+    def __post_init__(self) -> None:
+        check_fields(self, "granularity")
+        if self.rollout is None and self.rollout_activation is not None:
+            raise ConfigError(
+                "granularity.rollout_activation is set but granularity.rollout is null (a BF16 "
+                "rollout has no FP8 activations): set granularity.rollout or drop the override"
+            )
+
+    def uses_blocks(self, ref_recipe: str | None) -> bool:
+        """Whether any blockwise scaling is in use (training, rollout or the reference)."""
+        return "blockwise" in (self.training, ref_recipe) or (
+            self.rollout == "block" or self.rollout_activation == "group"
+        )
+
+    def uses_fp8(self, ref_recipe: str | None) -> bool:
+        return self.rollout is not None or any(
+            r not in (None, "bf16") for r in (self.training, ref_recipe)
+        )
+
+
+@dataclass
+class AlgorithmConfig:
+    """GRPO or DAPO and their loss settings (verl's names in brackets).
+
+    eps_low, eps_high: the trust region [1 - eps_low, 1 + eps_high] (clip_ratio_low/high).
+    clip_ratio_c: dual-clip constant. loss_agg_mode: token-mean, seq-mean-token-sum, ...
+    dynamic_sampling: DAPO's group filter (filter_groups): groups whose scores are all
+        equal are dropped and more prompts are sampled, up to ``max_sample_rounds`` rounds
+        (max_num_gen_batches).
+    overlong_buffer_len: DAPO's soft overlong punishment over the last this many tokens of
+        ``rollout.max_new_tokens``; 0 = off, null = a quarter of the response.
+    kl_coef, kl_type, ref_recipe: GRPO's optional KL-to-reference loss term (use_kl_loss,
+        kl_loss_coef, kl_loss_type; 0 = off). The reference is the frozen base model in
+        ``ref_recipe`` precision (null: the training recipe).
+    """
+
+    name: str = choice("grpo", ALGORITHMS)
+    eps_low: float = num(0.2, ge=0.0, lt=1.0)
+    eps_high: float = num(0.2, ge=0.0)
+    clip_ratio_c: float = num(3.0, gt=1.0)
+    loss_agg_mode: str = choice("token-mean", LOSS_AGG_MODES)
+    dynamic_sampling: bool = False
+    max_sample_rounds: int = num(3, ge=1)
+    overlong_buffer_len: int | None = num(0, ge=0, null="a quarter of rollout.max_new_tokens")
+    overlong_penalty_factor: float = num(1.0, ge=0.0)
+    kl_coef: float = num(0.0, ge=0.0)
+    kl_type: str = choice("low_var_kl", KL_TYPES)
+    ref_recipe: str | None = choice(None, TRAIN_RECIPES, null="the training recipe")
+
+    def __post_init__(self) -> None:
+        check_fields(self, "algorithm")
+
+
+@dataclass
+class SFTSettings:
+    """The SFT warm start of a tiny base model (``fp8rl.tiny.sft.SFTConfig``, same names)."""
+
+    seed: int = num(0, ge=0)
+    steps: int = num(600, ge=1)
+    batch_size: int = num(64, ge=1)
+    lr: float = num(2e-3, gt=0.0, lt=1.0)
+    min_lr_ratio: float = num(0.1, ge=0.0, le=1.0)  # cosine decay to lr * min_lr_ratio
+    warmup_steps: int = num(100, ge=0)
+    weight_decay: float = num(0.01, ge=0.0)
+    grad_clip: float = num(1.0, gt=0.0)
+    pool_size: int = num(20_000, ge=1)  # problems in the SFT pool (the training mix)
+    difficulties: list[int] = num_list([1, 2, 3], ge=1)  # noqa: RUF009 (a field())
+    eval_limit: int | None = num(None, ge=1, null="every held-out item")
+
+    def __post_init__(self) -> None:
+        check_fields(self, "model.sft")
+
+
+@dataclass
+class ModelConfig:
+    """The model: a backend's preset name (tiny: ``tiny-s``, ...) and, on the tiny
+    backend, the SFT settings of its base model."""
+
+    preset: str = "tiny-s"
+    sft: SFTSettings = field(default_factory=SFTSettings)
+
+
+@dataclass
+class ClippingConfig:
+    """The policy loss and its bounds: standard clipping or Calibrated Clipping.
+
+    loss: the policy loss by name (``fp8rl.rl.POLICY_LOSSES``,
+    the same names verl's registry knows): ``vanilla`` (PPO clip at 1 -/+ eps, reads no
+    live bounds), ``calibrated_clip`` (PPO clip at the active bounds), ``fp8rl_cispo``
+    (CISPO: clip the IS weight, never drop a gradient; a control).
+    mode: ``standard`` (fixed bounds) or ``calibrated`` (``fp8rl.rl.CalibratorConfig``).
+    period: K, recalibrate every K steps. smoothing: EMA weight on the current bound.
+    init_low, init_high: bounds before the first calibration (null: 1 -/+ eps); with
+        ``standard`` they are the fixed bounds for the whole run.
+    upper_rule: ``balance`` (the paper) or ``quantile``. lower_only: calibrate L only.
+    calibrate_at_start: also calibrate on step 1. max_step: cap on one move of a bound.
+    """
+
+    loss: str = choice("calibrated_clip", tuple(POLICY_LOSSES))
+    mode: str = choice("standard", CLIPPING_MODES)
+    period: int = num(CalibratorConfig.period, ge=1)
+    smoothing: float = num(CalibratorConfig.smoothing, ge=0.0, lt=1.0)
+    init_low: float | None = num(None, gt=0.0, lt=1.0, null="1 - algorithm.eps_low")
+    init_high: float | None = num(None, gt=1.0, null="1 + algorithm.eps_high")
+    upper_rule: str = choice(CalibratorConfig.upper_rule, UPPER_RULES)
+    lower_only: bool = CalibratorConfig.lower_only
+    calibrate_at_start: bool = CalibratorConfig.calibrate_at_start
+    max_step: float | None = num(CalibratorConfig.max_step, gt=0.0, null="no cap")
+
+    def __post_init__(self) -> None:
+        check_fields(self, "clipping")
+
+
+@dataclass
+class BackendConfig:
+    """Which backend runs the config (``fp8rl.experiments.backends``)."""
+
+    name: str = choice("tiny", BACKENDS)
+
+    def __post_init__(self) -> None:
+        check_fields(self, "backend")
+
+
+@dataclass
+class RolloutConfig:
+    """The rollout batch of one RL step."""
+
+    prompts_per_step: int = num(16, ge=1)
+    n_samples: int = num(8, ge=1)
+    max_new_tokens: int = num(64, ge=1)
+    temperature: float = num(1.0, gt=0.0)
+
+    def __post_init__(self) -> None:
+        check_fields(self, "rollout")
+
+
+@dataclass
+class TrainSettings:
+    """Optimiser, PPO loop, importance sampling, checkpoints and diagnostics.
+
+    Defaults (batch, ``lr``, ``steps``, mini-batches): the setup in which BF16 RL improves
+    held-out accuracy over the SFT base, chosen on BF16 runs only (docs/tiny_trainer.md).
+
+    ppo_epochs, ppo_mini_batches: updates per step; every mini-batch after the first is
+        off-policy (the knob that lets FP8 noise into ``r``).
+    old_logprob_source: ``trainer`` (recompute in training precision, verl's default) or
+        ``rollout`` (the rollout engine's log-probs, verl's bypass mode).
+    tis: token-level TIS ``w = min(pi_old / pi_rollout, tis_threshold)``; null = on with
+        trainer old log-probs, off with the rollout's (where every weight would be 1).
+    checkpoint_every (the last step is always checkpointed), keep_checkpoints.
+    probe_size: problems in the fixed health-probe batch, scored after every weight sync
+        with the rollout copy and the master weights in BF16 (0 = off).
+    dump_samples_every, dump_samples: every this many steps (0 = never) dump the first
+        ``dump_samples`` responses token by token to ``samples/``.
+    shadow_every: BF16 shadow forwards every this many steps (0 = only on calibration
+        steps), logging what BF16 and the training precision clip (``fp8rl/shadow/*``).
+    """
+
+    lr: float = num(1e-5, gt=0.0)
+    weight_decay: float = num(0.01, ge=0.0)
+    grad_clip: float = num(1.0, gt=0.0)
+    ppo_epochs: int = num(1, ge=1)
+    ppo_mini_batches: int = num(4, ge=1)
+    old_logprob_source: str = choice("trainer", OLD_LOGPROB_SOURCES)
+    tis: bool | None = None
+    tis_threshold: float = num(2.0, gt=0.0)
+    checkpoint_every: int = num(5, ge=0)
+    keep_checkpoints: int = num(2, ge=1)
+    probe_size: int = num(8, ge=0)
+    dump_samples_every: int = num(0, ge=0)
+    dump_samples: int = num(4, ge=1)
+    shadow_every: int = num(0, ge=0)
+
+    def __post_init__(self) -> None:
+        check_fields(self, "train")
+
+
+@dataclass
+class EvalSettings:
+    """Held-out evaluation during training (``fp8rl.tiny.evaluate.EvalConfig``'s names).
+
+    every: evaluate every this many steps, before the first and at the last (0 = never).
+    precision: evaluate the ``rollout`` copy (as verl) or the ``training`` model.
+    k samples per item (greedy: one), at ``temperature``/``top_p``; ``limit`` items per
+    family (null: all); ``families`` (null: every family of the backend).
+    """
+
+    every: int = num(0, ge=0)
+    precision: str = choice("rollout", EVAL_PRECISIONS)
+    k: int = num(1, ge=1)
+    greedy: bool = True
+    temperature: float = num(1.0, gt=0.0)
+    top_p: float = num(1.0, gt=0.0, le=1.0)
+    max_new_tokens: int = num(80, ge=1)
+    limit: int | None = num(8, ge=1, null="every held-out item")
+    batch_size: int = num(256, ge=1)
+    seed: int = num(0, ge=0)
+    families: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self, "eval")
+        if self.greedy and self.k != 1:
+            raise ConfigError(
+                f"eval.k={self.k} with eval.greedy=true gives k identical samples: "
+                "set eval.k=1 or eval.greedy=false"
+            )
+
+
+@dataclass
+class RunConfig:
+    """Everything that determines a run's numbers (its id is this config's hash).
+
+    task: ``train`` (an RL run of ``steps`` steps, numbered 1..steps as verl) or
+        ``noise_probe`` (the log-ratio noise of the precision pair on ``probe_rounds``
+        fixed batches of the base model, stored as a run whose step-0 metrics are the
+        result). seed: every random stream of the run derives from it.
+    """
+
+    task: str = choice("train", TASKS)
+    probe_rounds: int = num(4, ge=1)
+    seed: int = num(0, ge=0)
+    steps: int = num(60, ge=1)
+    granularity: GranularityConfig = field(default_factory=GranularityConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    clipping: ClippingConfig = field(default_factory=ClippingConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    train: TrainSettings = field(default_factory=TrainSettings)
+    eval: EvalSettings = field(default_factory=EvalSettings)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        _check_combinations(self)
+
+    # ---- what the rooms below need, derived from the config in one place
+
+    @property
+    def nominal_bounds(self) -> tuple[float, float]:
+        """The trust region ``(1 - eps_low, 1 + eps_high)`` (BF16's bounds)."""
+        return 1.0 - self.algorithm.eps_low, 1.0 + self.algorithm.eps_high
+
+    def calibrator_config(self) -> CalibratorConfig:
+        """Calibrated Clipping's config (``enabled`` only with ``clipping.mode=calibrated``;
+        with ``standard`` its initial bounds are the fixed bounds)."""
+        c = self.clipping
+        return CalibratorConfig(
+            eps_low=self.algorithm.eps_low,
+            eps_high=self.algorithm.eps_high,
+            period=c.period,
+            smoothing=c.smoothing,
+            init_low=c.init_low,
+            init_high=c.init_high,
+            max_step=c.max_step,
+            upper_rule=c.upper_rule,
+            lower_only=c.lower_only,
+            calibrate_at_start=c.calibrate_at_start,
+            start_step=1,
+            enabled=c.mode == "calibrated",
+        )
+
+    def rollout_quant(self) -> RolloutQuantConfig | None:
+        """The rollout engine's FP8 scheme, or None for a BF16 rollout."""
+        g = self.granularity
+        if g.rollout is None:
+            return None
+        return RolloutQuantConfig(
+            weight_scale=g.rollout,  # type: ignore[arg-type]
+            activation_scale=g.rollout_activation,  # type: ignore[arg-type]
+            block_size=g.block_size or 128,
+            include_lm_head=g.lm_head,
+        )
+
+    def correction(self) -> MismatchCorrection:
+        """Token-level TIS with ``C = train.tis_threshold``, or no correction."""
+        if not self.uses_tis:
+            return MismatchCorrection()
+        return MismatchCorrection(rollout_is="token", rollout_is_threshold=self.train.tis_threshold)
+
+    @property
+    def uses_tis(self) -> bool:
+        """``train.tis``, with null meaning on exactly when old log-probs are the trainer's."""
+        if self.train.tis is None:
+            return self.train.old_logprob_source == "trainer"
+        return self.train.tis
+
+    @property
+    def overlong_buffer(self) -> int | None:
+        """DAPO's overlong buffer in tokens, or None (off)."""
+        n = self.algorithm.overlong_buffer_len
+        return max(1, self.rollout.max_new_tokens // 4) if n is None else (n or None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested values (what the run store keys a resolved config by)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        """Inverse of :meth:`to_dict`; missing keys take their defaults, unknown keys fail."""
+        return _build(cls, data, "")
+
+
+def _check_combinations(cfg: RunConfig) -> None:
+    """Checks across groups, each naming the keys to change."""
+    r, t, c, a = cfg.rollout, cfg.train, cfg.clipping, cfg.algorithm
+    batch = r.prompts_per_step * r.n_samples
+    if t.ppo_mini_batches > batch:
+        raise ConfigError(
+            f"train.ppo_mini_batches={t.ppo_mini_batches} exceeds the batch of {batch} responses "
+            "(rollout.prompts_per_step x rollout.n_samples)"
+        )
+    if a.overlong_buffer_len is not None and a.overlong_buffer_len > r.max_new_tokens:
+        raise ConfigError(
+            f"algorithm.overlong_buffer_len={a.overlong_buffer_len} exceeds "
+            f"rollout.max_new_tokens={r.max_new_tokens}"
+        )
+    if t.old_logprob_source == "rollout" and t.tis:
+        raise ConfigError(
+            "train.tis=true with train.old_logprob_source=rollout cannot take effect: pi_old is "
+            "the rollout's own policy, so every weight is 1 (verl's bypass mode). Set "
+            "train.tis=false (or null)."
+        )
+    if c.mode == "calibrated" and t.ppo_epochs * t.ppo_mini_batches < 2:
+        raise ConfigError(
+            "clipping.mode=calibrated needs an off-policy mini-batch (ratios after at least one "
+            "update); with one epoch of one mini-batch every ratio is 1. Set "
+            "train.ppo_mini_batches >= 2 or train.ppo_epochs >= 2."
+        )
+    live = c.mode == "calibrated" or c.init_low is not None or c.init_high is not None
+    if live and c.loss not in LIVE_BOUND_LOSSES:
+        raise ConfigError(
+            f"clipping.loss={c.loss} clips at 1 -/+ eps and reads no live bounds, so "
+            "clipping.mode=calibrated or clipping.init_low/init_high would be ignored: use "
+            f"clipping.loss={' or '.join(LIVE_BOUND_LOSSES)}"
+        )
+    try:
+        cfg.calibrator_config()
+    except ValueError as exc:
+        raise ConfigError(
+            f"{exc} (keys: algorithm.eps_low, algorithm.eps_high, clipping.init_low, "
+            "clipping.init_high)"
+        ) from None
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        where = prefix.rstrip(".") or "the run config"
+        raise ConfigError(f"unknown setting(s) {[prefix + k for k in unknown]} in {where}")
+    kwargs = {}
+    for key, value in data.items():
+        sub = _group_type(cls, key)
+        kwargs[key] = (
+            _build(sub, value, f"{prefix}{key}.") if sub and isinstance(value, dict) else value
+        )
+    return cls(**kwargs)
+
+
+def _group_type(cls: type, name: str) -> type | None:
+    """The dataclass type of field ``name`` of ``cls`` (a nested group), or None."""
+    hint = typing.get_type_hints(cls)[name]
+    return hint if dataclasses.is_dataclass(hint) else None
+
+
+def override(cfg: RunConfig, changes: dict[str, Any]) -> RunConfig:
+    """A copy of ``cfg`` with dotted keys changed (``{"granularity.training": "rowwise",
+    "steps": 3}``), checked as a new config."""
+    data = cfg.to_dict()
+    for key, value in changes.items():
+        node = data
+        *path, leaf = key.split(".")
+        for part in path:
+            if not isinstance(node.get(part), dict):
+                raise ConfigError(f"unknown setting {key!r}")
+            node = node[part]
+        if leaf not in node:
+            raise ConfigError(f"unknown setting {key!r}")
+        node[leaf] = value
+    return type(cfg).from_dict(data)
+
+
+def leaf_fields(cls: type = RunConfig, prefix: str = "") -> dict[str, dataclasses.Field]:
+    """Every leaf of the schema by dotted key (``"clipping.period"``) with its field."""
+    out: dict[str, dataclasses.Field] = {}
+    for f in dataclasses.fields(cls):
+        sub = _group_type(cls, f.name)
+        if sub is not None:
+            out.update(leaf_fields(sub, f"{prefix}{f.name}."))
+        else:
+            out[f"{prefix}{f.name}"] = f
+    return out
+
+
+def resolve(
+    cfg: RunConfig, *, default_block_size: int, families: tuple[str, ...]
+) -> tuple[RunConfig, dict[str, str]]:
+    """Fill in the "derive it" nulls and reset settings the configuration does not use.
+
+    Returns the resolved config and what was reset (key -> why), for a dry run to show.
+    ``default_block_size`` and ``families`` are the backend's (for the model's widths and
+    its evaluation tasks). Idempotent.
+    """
+    changes: dict[str, Any] = {}
+    unused: dict[str, str] = {}
+    default = RunConfig()
+    flat = {k: _get(cfg, k) for k in leaf_fields()}
+
+    def reset(key: str, why: str) -> None:
+        value = _get(default, key)
+        if flat[key] != value and flat[key] is not None:
+            unused[key] = why
+        changes[key] = value
+
+    g, a = cfg.granularity, cfg.algorithm
+    ref = a.ref_recipe if a.kl_coef > 0 else None
+    if g.uses_blocks(ref):
+        if g.block_size is None:
+            changes["granularity.block_size"] = default_block_size
+    else:
+        reset("granularity.block_size", "no blockwise scaling in this configuration")
+    if not g.uses_fp8(ref):
+        reset("granularity.lm_head", "no FP8 in this configuration")
+    changes["train.tis"] = cfg.uses_tis
+    if not cfg.uses_tis:
+        reset("train.tis_threshold", "TIS is off")
+    changes["algorithm.overlong_buffer_len"] = cfg.overlong_buffer or 0
+    if cfg.clipping.mode == "standard":
+        for knob in ("period", "smoothing", "upper_rule", "lower_only", "calibrate_at_start"):
+            reset(f"clipping.{knob}", "clipping.mode=standard does not calibrate")
+        reset("clipping.max_step", "clipping.mode=standard does not calibrate")
+    if not a.kl_coef:
+        reset("algorithm.kl_type", "algorithm.kl_coef=0 (no KL term)")
+        reset("algorithm.ref_recipe", "algorithm.kl_coef=0 (no KL term)")
+    if cfg.task == "train":
+        reset("probe_rounds", "task=train (only the noise probe uses it)")
+    if cfg.eval.families is None:
+        changes["eval.families"] = list(families)
+    return override(cfg, changes), unused
+
+
+def _get(cfg: Any, key: str) -> Any:
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg

@@ -1,0 +1,113 @@
+"""Per-step metrics that every backend computes the same way: the log-ratio breakdown by
+advantage sign x token probability x position, pooling of mini-batch metrics, and
+token-level records of responses (the ``samples/`` dumps).
+
+Tensors in, plain floats and dicts out; no models, no tokenizers (the caller decodes).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+__all__ = [
+    "POSITION_BUCKETS",
+    "PROB_BUCKETS",
+    "logratio_breakdown",
+    "pool_minibatch_metrics",
+    "token_records",
+]
+
+#: Buckets of the log-ratio breakdown: pi_old probability of the token, position in the
+#: response. Low-probability tokens carry most of the FP8 noise (DESIGN.md).
+PROB_BUCKETS = (("p_lt_0.1", 0.0, 0.1), ("p_0.1_0.5", 0.1, 0.5), ("p_ge_0.5", 0.5, 1.01))
+POSITION_BUCKETS = (("pos_0_8", 0, 8), ("pos_8_32", 8, 32), ("pos_ge_32", 32, 1 << 30))
+
+
+def logratio_breakdown(
+    log_ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    mask: torch.Tensor,
+    prefix: str = "fp8rl/logratio",
+) -> dict[str, float]:
+    """Mean, std and count of ``log r`` over all tokens (``all``) and split by advantage
+    sign, and within each of these by pi_old token probability (:data:`PROB_BUCKETS`) and
+    by response position (:data:`POSITION_BUCKETS`):
+    ``<prefix>/<all|negadv|posadv>[/<bucket>]/<mean|std|n>``.
+    Empty cells report mean 0, std 0, n 0."""
+    m = mask.bool()
+    prob = old_log_prob.detach().exp()
+    position = torch.arange(log_ratio.shape[1])[None, :].expand_as(log_ratio)
+    cells: list[tuple[str, torch.Tensor]] = []
+    signs = (("all", torch.ones_like(m)), ("negadv", advantages < 0), ("posadv", advantages > 0))
+    for sign, sel in signs:
+        base = m & sel
+        cells.append((sign, base))
+        for name, lo, hi in PROB_BUCKETS:
+            cells.append((f"{sign}/{name}", base & (prob >= lo) & (prob < hi)))
+        for name, lo, hi in POSITION_BUCKETS:
+            cells.append((f"{sign}/{name}", base & (position >= lo) & (position < hi)))
+    out: dict[str, float] = {}
+    for name, sel in cells:
+        x = log_ratio.detach()[sel].double()
+        out[f"{prefix}/{name}/mean"] = float(x.mean()) if x.numel() else 0.0
+        out[f"{prefix}/{name}/std"] = float(x.std()) if x.numel() > 1 else 0.0
+        out[f"{prefix}/{name}/n"] = float(x.numel())
+    return out
+
+
+_SUM_KEYS = ("logratio_hist",)
+
+
+def pool_minibatch_metrics(per_minibatch: list[dict[str, float]]) -> dict[str, float]:
+    """Pool mini-batch metrics: histogram counts add, extremes take min/max, the rest
+    average (verl's convention for loss metrics)."""
+    out: dict[str, float] = {}
+    for key in per_minibatch[0]:
+        vals = [m[key] for m in per_minibatch]
+        if any(s in key for s in _SUM_KEYS):
+            out[key] = float(sum(vals))
+        elif key.endswith("ratio_min"):
+            out[key] = float(min(vals))
+        elif key.endswith("ratio_max"):
+            out[key] = float(max(vals))
+        else:
+            out[key] = float(sum(vals) / len(vals))
+    return out
+
+
+def token_records(
+    token_texts: list[list[str]],
+    rollout_log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    log_ratio: torch.Tensor,
+    entropy: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+) -> list[list[dict[str, Any]]]:
+    """Each response token by token (``token_texts[i]`` holds response i's decoded tokens):
+    rollout and trainer (old) log-probs, the ratio at the row's last PPO visit, entropy,
+    advantage, and whether PPO clipped its gradient (``A < 0`` and ``r < L``, or ``A > 0``
+    and ``r > H``)."""
+    out = []
+    for i, texts in enumerate(token_texts):
+        per_token = []
+        for t, text in enumerate(texts):
+            ratio, adv = math.exp(float(log_ratio[i, t])), float(advantages[i, t])
+            per_token.append(
+                {
+                    "token": text,
+                    "rollout_log_prob": float(rollout_log_prob[i, t]),
+                    "old_log_prob": float(old_log_prob[i, t]),
+                    "ratio": ratio,
+                    "entropy": float(entropy[i, t]),
+                    "advantage": adv,
+                    "clipped": (adv < 0 and ratio < clip_low) or (adv > 0 and ratio > clip_high),
+                }
+            )
+        out.append(per_token)
+    return out

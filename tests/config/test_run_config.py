@@ -1,0 +1,147 @@
+"""The run config: every numeric key declares its range once, bad values fail naming the
+key, combinations are checked across groups, and the config round-trips through plain
+data and dotted-key overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import pytest
+
+from fp8rl.config import ConfigError, RunConfig, leaf_fields, override, resolve
+from fp8rl.config.fields import Range, check_fields, num
+from fp8rl.rl import LIVE_BOUND_LOSSES, POLICY_LOSSES
+from fp8rl.rl.calibration import UPPER_RULES
+
+from room_rules import REPO, imported_modules
+
+
+def _numeric(f: dataclasses.Field) -> bool:
+    text = str(f.type)
+    return any(t in text for t in ("int", "float")) and "bool" not in text
+
+
+def test_every_numeric_leaf_declares_its_range() -> None:
+    numeric = {k: f for k, f in leaf_fields().items() if _numeric(f)}
+    assert len(numeric) > 40
+    missing = [k for k, f in numeric.items() if "range" not in f.metadata]
+    assert missing == []
+
+
+def test_every_closed_set_names_its_options() -> None:
+    fields = leaf_fields()
+    for key in ("granularity.training", "clipping.loss", "clipping.upper_rule", "task"):
+        assert "choices" in fields[key].metadata, key
+    assert fields["clipping.loss"].metadata["choices"] == tuple(POLICY_LOSSES)
+    assert fields["clipping.upper_rule"].metadata["choices"] == UPPER_RULES
+    # the one string that is not a closed set here: the model preset, whose names belong to
+    # the backend (its validate checks them)
+    free = {
+        k
+        for k, f in fields.items()
+        if str(f.type).startswith("str") and "choices" not in f.metadata
+    }
+    assert free == {"model.preset"}
+
+
+def test_the_defaults_are_a_valid_config() -> None:
+    cfg = RunConfig()
+    assert cfg.algorithm.eps_low == 0.2 and cfg.clipping.mode == "standard"
+    assert RunConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"algorithm.eps_low": 1.0}, "algorithm.eps_low=1.0 is out of range: need 0.0 <= x < 1.0"),
+        ({"steps": 0}, "steps=0 is out of range: need 1 <= x"),
+        ({"steps": 2.5}, "steps=2.5 must be an integer"),
+        ({"train.lr": 0.0}, "train.lr=0.0 is out of range: need 0.0 < x"),
+        ({"model.sft.difficulties": [0, 1]}, "model.sft.difficulties=[0, 1] is out of range"),
+        ({"granularity.training": "fp4"}, "granularity.training='fp4' is not one of"),
+        ({"clipping.loss": "cispo"}, "clipping.loss='cispo' is not one of"),
+        ({"train.ppo_epochs": None}, "train.ppo_epochs must not be null"),
+        ({"eval.greedy": True, "eval.k": 4}, "eval.k=4 with eval.greedy=true"),
+        ({"train.ppo_mini_batches": 1000}, "train.ppo_mini_batches=1000 exceeds the batch"),
+        ({"granularity.rollout_activation": "token"}, "granularity.rollout is null"),
+        (
+            {"train.old_logprob_source": "rollout", "train.tis": True},
+            "train.tis=true with train.old_logprob_source=rollout",
+        ),
+        (
+            {"clipping.mode": "calibrated", "train.ppo_mini_batches": 1},
+            "clipping.mode=calibrated needs an off-policy mini-batch",
+        ),
+        ({"clipping.mode": "calibrated", "clipping.loss": "vanilla"}, "clipping.loss=vanilla"),
+        ({"clipping.init_low": 0.6, "clipping.loss": "vanilla"}, "reads no live bounds"),
+        ({"algorithm.eps_high": 5.0}, "keys: algorithm.eps_low, algorithm.eps_high"),
+        ({"algorithm.overlong_buffer_len": 100}, "algorithm.overlong_buffer_len=100 exceeds"),
+    ],
+)
+def test_bad_values_fail_naming_the_key(changes: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        override(RunConfig(), changes)
+    assert message in str(err.value)
+
+
+def test_override_refuses_unknown_keys_and_from_dict_unknown_settings() -> None:
+    with pytest.raises(ConfigError, match=r"unknown setting 'clipping\.perid'"):
+        override(RunConfig(), {"clipping.perid": 5})
+    data = RunConfig().to_dict()
+    data["train"]["lr_schedule"] = "cosine"
+    with pytest.raises(ConfigError, match=r"\['train.lr_schedule'\]"):
+        RunConfig.from_dict(data)
+
+
+def test_live_bound_losses_accept_calibration() -> None:
+    for loss in LIVE_BOUND_LOSSES:
+        cfg = override(RunConfig(), {"clipping.mode": "calibrated", "clipping.loss": loss})
+        assert cfg.calibrator_config().enabled
+
+
+def test_resolve_fills_derived_values_and_resets_unused_ones() -> None:
+    cfg = override(
+        RunConfig(),
+        {
+            "granularity.training": "blockwise",
+            "algorithm.overlong_buffer_len": None,
+            "clipping.period": 7,
+            "algorithm.kl_type": "k1",
+        },
+    )
+    resolved, unused = resolve(cfg, default_block_size=4, families=("a", "b"))
+    assert resolved.granularity.block_size == 4
+    assert resolved.algorithm.overlong_buffer_len == 16  # a quarter of 64 new tokens
+    assert resolved.train.tis is True  # trainer old log-probs
+    assert resolved.eval.families == ["a", "b"]
+    assert resolved.clipping.period == RunConfig().clipping.period
+    assert set(unused) == {"clipping.period", "algorithm.kl_type"}
+    again, nothing = resolve(resolved, default_block_size=4, families=("a", "b"))
+    assert again == resolved and nothing == {}
+
+
+def test_check_fields_reads_only_declared_fields() -> None:
+    @dataclasses.dataclass
+    class Group:
+        x: float = num(0.5, gt=0.0, le=1.0)
+        label: str = "free text"
+
+    check_fields(Group(), "g")
+    with pytest.raises(ConfigError, match=r"g.x=1.5 is out of range: need 0.0 < x <= 1.0"):
+        check_fields(Group(x=1.5), "g")
+    assert Range(ge=1).describe() == "need 1 <= x"
+
+
+def test_groups_are_dataclasses_with_hints_hydra_can_read() -> None:
+    hints = typing.get_type_hints(RunConfig)
+    assert all(dataclasses.is_dataclass(hints[f.name]) for f in dataclasses.fields(RunConfig)[4:])
+
+
+def test_the_config_room_imports_only_numerics_and_rl() -> None:
+    for file in sorted((REPO / "fp8rl" / "config").glob("*.py")):
+        for name, _ in imported_modules(file):
+            if name.startswith("fp8rl."):
+                assert name.startswith(("fp8rl.config", "fp8rl.numerics", "fp8rl.rl")), (
+                    f"{file.name} imports {name}"
+                )
