@@ -1,0 +1,133 @@
+"""How the tiny backend reads a :class:`~fp8rl.config.RunConfig`: its own checks (model
+presets, task families, the sequence budget, block sizes against the layer widths), the
+resolution of "derive it" values, and the SFT / evaluation configs of the functions it
+calls (same field names as the run config's ``model.sft`` and ``eval`` groups).
+
+:data:`UNUSED` lists the run-config keys the tiny backend does not read, each with the
+reason; a test checks that every other leaf of the schema is read by the backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from fp8rl.config import ConfigError, RunConfig, resolve
+from fp8rl.tiny.evaluate import EvalConfig
+from fp8rl.tiny.model import PRESETS, get_preset, mimic_block_size
+from fp8rl.tiny.sft import SFTConfig
+from fp8rl.tiny.tasks import FAMILIES
+from fp8rl.tiny.tokenizer import VOCAB_SIZE_PADDED
+
+__all__ = [
+    "PROMPT_BUDGET",
+    "UNUSED",
+    "eval_config",
+    "max_seq_len",
+    "recipe_kwargs",
+    "resolve_config",
+    "resolve_reporting_unused",
+    "sft_config",
+    "unused_settings",
+    "validate",
+]
+
+#: Prompt positions reserved in the sampler's sequence budget (prompts are <= 52 chars).
+PROMPT_BUDGET = 64
+
+#: Run-config keys the tiny backend does not read, and why.
+UNUSED: dict[str, str] = {
+    "backend.name": "selects the backend; not a setting of the run",
+    "algorithm.name": (
+        "a label: GRPO and DAPO share the group-normalised advantage (verl's adv_estimator="
+        "grpo for both); DAPO is its settings (eps_high, dynamic_sampling, overlong shaping)"
+    ),
+}
+
+
+def validate(cfg: RunConfig) -> None:
+    """The tiny backend's checks, before any compute; raises ConfigError naming the key."""
+    if cfg.model.preset not in PRESETS:
+        raise ConfigError(
+            f"model.preset={cfg.model.preset!r}: the tiny backend knows {sorted(PRESETS)}"
+        )
+    if cfg.eval.families is not None:
+        unknown = sorted(set(cfg.eval.families) - set(FAMILIES))
+        if unknown:
+            raise ConfigError(f"eval.families: unknown {unknown}; known: {list(FAMILIES)}")
+    budget = get_preset(cfg.model.preset).max_position_embeddings - PROMPT_BUDGET
+    for key, value in (
+        ("rollout.max_new_tokens", cfg.rollout.max_new_tokens),
+        ("eval.max_new_tokens", cfg.eval.max_new_tokens),
+    ):
+        if value > budget:
+            raise ConfigError(
+                f"{key}={value} exceeds model {cfg.model.preset!r}'s budget of {budget} new tokens"
+            )
+    _check_block_size(cfg)
+
+
+def _check_block_size(cfg: RunConfig) -> None:
+    g, a = cfg.granularity, cfg.algorithm
+    if g.block_size is None or not g.uses_blocks(a.ref_recipe if a.kl_coef else None):
+        return
+    widths = dict(get_preset(cfg.model.preset).linear_widths())
+    if g.lm_head:
+        widths["lm_head (vocabulary)"] = VOCAB_SIZE_PADDED
+    bad = {k: v for k, v in widths.items() if v % g.block_size}
+    if bad:
+        raise ConfigError(
+            f"granularity.block_size={g.block_size} does not divide the linear widths {bad} of "
+            f"model {cfg.model.preset!r}: blockwise scaling needs whole blocks"
+        )
+
+
+def resolve_config(cfg: RunConfig) -> RunConfig:
+    """``cfg`` checked by :func:`validate` and resolved (``fp8rl.config.resolve``) with the
+    tiny defaults: block size = the 8B block-to-width ratio, families = all eight."""
+    return resolve_reporting_unused(cfg)[0]
+
+
+def unused_settings(cfg: RunConfig) -> dict[str, str]:
+    """Settings of ``cfg`` its configuration does not use (key -> why): what
+    :func:`resolve_config` resets so that they do not split one run into several."""
+    return resolve_reporting_unused(cfg)[1]
+
+
+def resolve_reporting_unused(cfg: RunConfig) -> tuple[RunConfig, dict[str, str]]:
+    """(:func:`resolve_config`, :func:`unused_settings`) in one pass."""
+    validate(cfg)
+    block = mimic_block_size(cfg.model.preset)
+    resolved, unused = resolve(cfg, default_block_size=block, families=FAMILIES)
+    validate(resolved)
+    return resolved, unused
+
+
+def sft_config(cfg: RunConfig) -> SFTConfig:
+    """The base model's SFT config: ``model.preset`` and the ``model.sft`` field of each
+    SFTConfig field's name (read one by one, so a schema key SFT does not take is unread)."""
+    sft = cfg.model.sft
+    values = {f.name: getattr(sft, f.name) for f in dataclasses.fields(SFTConfig)[1:]}
+    values["difficulties"] = tuple(values["difficulties"])
+    return SFTConfig(preset=cfg.model.preset, **values)
+
+
+def eval_config(cfg: RunConfig) -> EvalConfig:
+    """The held-out evaluation's config: the ``eval`` field of each EvalConfig field's name
+    (``eval.every`` and ``eval.precision`` say when and on which copy)."""
+    values = {f.name: getattr(cfg.eval, f.name) for f in dataclasses.fields(EvalConfig)}
+    values["families"] = tuple(values["families"] if values["families"] is not None else FAMILIES)
+    return EvalConfig(**values)
+
+
+def max_seq_len(cfg: RunConfig) -> int:
+    """The sampler's sequence budget: prompt positions plus the longest generation."""
+    return PROMPT_BUDGET + max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)
+
+
+def recipe_kwargs(cfg: RunConfig) -> dict[str, Any]:
+    """``get_recipe`` options of the run (block size, LM-head quantisation)."""
+    return {
+        "block_size": cfg.granularity.block_size or 128,
+        "include_lm_head": cfg.granularity.lm_head,
+    }
