@@ -1,41 +1,45 @@
 """Composing configs and expanding grids outside a running Hydra app.
 
-``compose(overrides)`` is Hydra's compose API over ``experiments/conf`` with ``sweeps/`` on
-the search path (the ``sweep`` group: ``+sweep=regime``), exactly what ``sweep.py`` sees.
-``expand_grid(overrides)`` lists the points of a ``-m`` grid the way Hydra's basic sweeper
-does: ``hydra.sweeper.params`` of the composed config first, then the command-line
-overrides (a later value for the same key wins), parsed by Hydra's own override parser and
-crossed by ``BasicSweeper.split_arguments``. ``sweep.py --dry-run``/``--status``, tests and
+``compose(overrides)`` is Hydra's compose API over ``experiments/conf``; ``config.yaml``'s
+``hydra.searchpath`` puts ``sweeps/`` on the search path (the ``sweep`` group:
+``+sweep=regime``) through the ``fp8rl_repo`` resolver registered here, so this is exactly
+what ``sweep.py`` sees. ``expand_grid(overrides)`` lists the points of a ``-m`` grid the way
+Hydra's basic sweeper does: ``hydra.sweeper.params`` of the composed config first, then the
+command-line overrides (a later value for the same key wins), parsed by Hydra's own override
+parser and crossed by :func:`grid_points` (``BasicSweeper.split_arguments``'s product,
+written on Hydra's public ``Override`` API). ``sweep.py --dry-run``/``--status``, tests and
 searches use these; a running grid uses the same expansion inside
 :class:`~fp8rl.experiments.sweeper.GridSweeper`.
 """
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from fp8rl.experiments.build import to_train_config
+from fp8rl.config import RunConfig
+from fp8rl.experiments.backends import resolve_run
 from fp8rl.experiments.schema import ConfigError, register_configs
-from fp8rl.tiny.train import TrainConfig
 
 __all__ = [
     "CONF_DIR",
-    "SEARCHPATH_OVERRIDE",
     "SWEEPS_DIR",
     "Composer",
     "compose",
-    "compose_train_config",
+    "compose_run_config",
     "error_message",
     "expand_grid",
     "fixed_overrides",
+    "grid_points",
+    "repo_path",
     "sweep_params",
 ]
 
@@ -43,8 +47,21 @@ REPO = Path(__file__).resolve().parents[2]
 #: The config tree and the second config root (grids: ``sweeps/sweep/<name>.yaml``).
 CONF_DIR = REPO / "experiments" / "conf"
 SWEEPS_DIR = REPO / "sweeps"
-#: Puts ``sweeps/`` on Hydra's search path; ``sweep.py`` adds it to every command line.
-SEARCHPATH_OVERRIDE = f"hydra.searchpath=[file://{SWEEPS_DIR}]"
+
+
+def repo_path(relative: str = "") -> str:
+    """``${fp8rl_repo:sweeps}``: the absolute path of ``relative`` in the repository.
+    ``config.yaml`` sets ``hydra.searchpath: [file://${fp8rl_repo:sweeps}]`` with it: a
+    relative ``file://`` entry is relative to the working directory, and ``pkg://`` needs
+    an importable package (``sweeps/`` is data beside ``fp8rl``, not on ``sys.path``)."""
+    return str(REPO / relative)
+
+
+# Registered on import: sweep.py, the grid sweeper and Composer all import this module
+# before Hydra reads config.yaml's hydra.searchpath (which it resolves while loading the
+# primary config); launchers copy OmegaConf's resolvers into their workers with Hydra's
+# singleton state.
+OmegaConf.register_new_resolver("fp8rl_repo", repo_path, replace=True)
 
 
 def error_message(exc: BaseException) -> str:
@@ -89,7 +106,7 @@ class Composer:
         try:
             return hydra_compose(
                 config_name,
-                overrides=[*overrides, SEARCHPATH_OVERRIDE],
+                overrides=list(overrides),
                 return_hydra_config=return_hydra_config,
             )
         except (HydraException, OmegaConfBaseException) as exc:
@@ -108,10 +125,11 @@ def compose(
         return composer(overrides, config_name, return_hydra_config=return_hydra_config)
 
 
-def compose_train_config(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
-    """``to_train_config(compose(overrides))``: one run's TrainConfig from overrides such as
-    ``["+experiment=test", "clipping=calibrated", "clipping.period=5"]``."""
-    return to_train_config(compose(overrides))
+def compose_run_config(overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """One run's resolved RunConfig from overrides such as
+    ``["+experiment=test", "clipping=calibrated", "clipping.period=5"]`` (validated by the
+    schema and by its backend)."""
+    return resolve_run(compose(overrides)).config
 
 
 def _parse(overrides: list[str] | tuple[str, ...]) -> list:
@@ -138,6 +156,25 @@ def sweep_params(
     return {str(k): str(v) for k, v in OmegaConf.to_container(params, resolve=False).items()}
 
 
+def grid_points(overrides: list[Override]) -> list[list[str]]:
+    """The cross product of parsed overrides, as Hydra's basic sweeper forms it
+    (``BasicSweeper.split_arguments`` without batching): one axis per key in the order the
+    key first appears, a later override of the same key replacing its values; a plain
+    override is a one-value axis; the last axis varies fastest. Raises HydraException on
+    a sweep that cannot be enumerated (``interval(...)``), as the basic sweeper does."""
+    axes: dict[str, list[str]] = {}
+    for override in overrides:
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            axes[key] = [f"{key}={override.get_value_element_as_str()}"]
+        elif override.is_discrete_sweep():
+            axes[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            kind = override.value_type.name if override.value_type else "?"
+            raise HydraException(f"a grid cannot enumerate {kind} sweeps: {override.input_line}")
+    return [list(point) for point in itertools.product(*axes.values())]
+
+
 def expand_grid(
     overrides: list[str] | tuple[str, ...] = (), composer: Composer | None = None
 ) -> list[list[str]]:
@@ -146,7 +183,6 @@ def expand_grid(
     params = [f"{k}={v}" for k, v in sweep_params(overrides, composer).items()]
     parsed = _parse([*params, *overrides])
     try:
-        (points,) = BasicSweeper.split_arguments(parsed, None)
+        return grid_points(parsed)
     except HydraException as exc:
         raise ConfigError(error_message(exc)) from None
-    return [list(p) for p in points]

@@ -9,16 +9,12 @@
   ``duplicate`` (an earlier point of the same grid is the same run);
 - the estimated remaining cost in seconds (:class:`CostModel`).
 
-Cost model. Seconds per RL step come from the run store: the median ``timing_s/step`` of
-every run (any experiment under the same ``runs_dir``) with the same model preset, training
-recipe, rollout scaling, rollout batch (prompts x samples x new tokens) and torch threads.
-Without such a run, a documented default (:data:`DEFAULT_STEP_S`, measured 2026-11-29 on
-the 2-core build machine with 2 threads, BF16, 8 x 4 x 64): scaled linearly by the batch's
-tokens, x :data:`FP8_TRAINING_FACTOR` for FP8 training (x :data:`FP8_ROLLOUT_FACTOR` for an
-FP8 rollout with BF16 training). On top: :data:`RUN_OVERHEAD_S` per run (process start,
-imports, base-model load), evaluation (its generated tokens at the rollout's per-token
-cost, a rough guess), and the SFT build of every base model not yet in the cache
-(:data:`SFT_S_PER_EXAMPLE`), counted once per grid.
+Cost model. Seconds per step come from the run store: the median ``timing_s/step`` of
+every run (any experiment under the same ``runs_dir``) with the same backend cost key (tiny:
+model preset, training recipe, rollout scaling, rollout batch) and torch threads. Without
+such a run, the backend's default (``fp8rl.tiny.backend.TinyCost``). The backend's cost
+model adds its per-run overhead, evaluations, and a one-time set-up shared by runs (the
+tiny base model's SFT when it is not in the cache), counted once per grid.
 """
 
 from __future__ import annotations
@@ -31,8 +27,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from fp8rl.experiments.build import to_train_config, unused_settings
-from fp8rl.experiments.dispatch import resume_threads_problem, run_config, run_threads
+from fp8rl.config import RunConfig
+from fp8rl.experiments.backends import ResolvedRun, get_backend, resolve_run
+from fp8rl.experiments.dispatch import resume_threads_problem, run_threads
 from fp8rl.experiments.schema import ConfigError
 from fp8rl.runs import (
     RunInfo,
@@ -43,11 +40,8 @@ from fp8rl.runs import (
     latest_checkpoint,
 )
 from fp8rl.runs.jsonl import read_step_log
-from fp8rl.tiny.sft import base_model_key, default_cache_dir
-from fp8rl.tiny.train import TrainConfig
 
 __all__ = [
-    "DEFAULT_STEP_S",
     "CostModel",
     "GridPlan",
     "GridPoint",
@@ -55,33 +49,19 @@ __all__ = [
     "plan_point",
 ]
 
-#: Seconds per RL step, BF16 rollout and training, 8 prompts x 4 samples x 64 new tokens,
-#: 2 threads (tiny-s measured: docs/tiny_trainer.md "Speed"; the others scaled by size).
-DEFAULT_STEP_S = {"tiny-test": 0.3, "tiny-s": 0.6, "tiny-m": 1.5, "tiny-l": 2.2}
-DEFAULT_BATCH_TOKENS = 8 * 4 * 64
-FP8_TRAINING_FACTOR = 1.8  # measured 1.05 s vs 0.56 s (blockwise vs BF16, tiny-s)
-FP8_ROLLOUT_FACTOR = 1.2  # FP8 rollout, BF16 training (rollout share ~0.35 of a step x 1.5)
-ROLLOUT_SHARE = 0.35  # share of a step spent generating (measured 0.20 of 0.56 s)
-RUN_OVERHEAD_S = 15.0  # process start, imports (~7 s), base-model load, first eval set-up
-#: SFT seconds per training example (tiny-s: 249.7 s for 600 x 64 examples).
-SFT_S_PER_EXAMPLE = {"tiny-test": 0.002, "tiny-s": 0.0065, "tiny-m": 0.016, "tiny-l": 0.024}
 
-
-def _cost_key(config: dict[str, Any], threads: int | None) -> tuple:
-    return (
-        config.get("base", {}).get("preset"),
-        config.get("recipe"),
-        config.get("rollout_weight_scale"),
-        config.get("prompts_per_step"),
-        config.get("n_samples"),
-        config.get("max_new_tokens"),
-        threads,
-    )
+def _cost_key(resolved: RunConfig, threads: int | None) -> tuple | None:
+    """The key runs sharing a step time have in common (None: no backend can cost it)."""
+    try:
+        backend = get_backend(resolved.backend.name)
+    except ConfigError:
+        return None
+    return (backend.name, *backend.cost(resolved).key, threads)
 
 
 @dataclass
 class CostModel:
-    """Seconds per step measured in a run store, by cost key, with defaults."""
+    """Seconds per step measured in a run store, by the backends' cost keys."""
 
     measured: dict[tuple, list[float]] = field(default_factory=dict)
 
@@ -96,54 +76,38 @@ class CostModel:
 
     def add_runs(self, infos: Iterable[RunInfo]) -> None:
         for info in infos:
-            if info.last_step is None or info.config.get("task", "train") != "train":
+            cfg = stored_config(info)
+            if info.last_step is None or cfg is None or cfg.task != "train":
                 continue
             steps = [
                 r["timing_s/step"]
                 for r in read_step_log(info.path / "metrics.jsonl").to_rows()
                 if isinstance(r.get("timing_s/step"), float | int)
             ]
-            if steps:
-                key = _cost_key(info.config, run_threads(info))
+            key = _cost_key(cfg, run_threads(info))
+            if steps and key is not None:
                 self.measured.setdefault(key, []).append(statistics.median(steps))
 
-    def measured_step_seconds(self, config: dict[str, Any], threads: int | None) -> float | None:
-        """Median measured seconds per step of runs like ``config``, or None."""
-        found = self.measured.get(_cost_key(config, threads))
+    def measured_step_seconds(self, cfg: RunConfig, threads: int | None) -> float | None:
+        """Median measured seconds per step of runs like ``cfg``, or None."""
+        found = self.measured.get(_cost_key(cfg, threads))  # type: ignore[arg-type]
         return statistics.median(found) if found else None
 
-    def step_seconds(self, config: dict[str, Any], threads: int | None) -> tuple[float, str]:
-        """(seconds per step, where the number comes from) for a run config dict
-        (``TrainConfig.to_dict()``)."""
-        found = self.measured.get(_cost_key(config, threads))
+    def step_seconds(self, cfg: RunConfig, threads: int | None) -> tuple[float, str]:
+        """(seconds per step, where the number comes from) for a resolved run config."""
+        found = self.measured.get(_cost_key(cfg, threads))  # type: ignore[arg-type]
         if found:
             return statistics.median(found), f"measured ({len(found)} runs)"
-        base = DEFAULT_STEP_S.get((config.get("base") or {}).get("preset"), 1.0)
-        tokens = (
-            config.get("prompts_per_step", 8)
-            * config.get("n_samples", 4)
-            * config.get("max_new_tokens", 64)
-        )
-        factor = 1.0
-        if config.get("recipe", "bf16") != "bf16":
-            factor = FP8_TRAINING_FACTOR
-        elif config.get("rollout_weight_scale"):
-            factor = FP8_ROLLOUT_FACTOR
-        return base * factor * tokens / DEFAULT_BATCH_TOKENS, "default"
+        return get_backend(cfg.backend.name).cost(cfg).default_step_s(), "default"
 
-    def eval_seconds(self, cfg: TrainConfig, step_s: float) -> float:
-        """All evaluations of a run: generated tokens at the rollout's per-token cost."""
-        if not cfg.eval_every:
-            return 0.0
-        n_evals = cfg.steps // cfg.eval_every + 1 + (cfg.steps % cfg.eval_every != 0)
-        items = (cfg.eval.limit or 150) * len(cfg.eval.families) * cfg.eval.k
-        per_token = ROLLOUT_SHARE * step_s / (cfg.prompts_per_step * cfg.n_samples)
-        per_token /= cfg.max_new_tokens
-        return n_evals * items * cfg.eval.max_new_tokens * per_token
 
-    @staticmethod
-    def base_build_seconds(cfg: TrainConfig) -> float:
-        return cfg.base.steps * cfg.base.batch_size * SFT_S_PER_EXAMPLE.get(cfg.base.preset, 0.03)
+def stored_config(info: RunInfo) -> RunConfig | None:
+    """A stored run's config as a RunConfig (None for a config of another shape, e.g. a
+    run of an older results version)."""
+    try:
+        return RunConfig.from_dict(info.config) if info.config else None
+    except (ConfigError, TypeError):
+        return None
 
 
 @dataclass
@@ -163,13 +127,13 @@ class GridPoint:
     step_s: float
     cost_source: str
     est_s: float
-    train_config: TrainConfig
+    resolved: ResolvedRun
     config: dict[str, Any] = field(default_factory=dict)  # what the store keys the run by
     task: str = "train"
     reason: str = ""
     duplicate_of: int | None = None
-    base_key: str = ""
-    base_cached: bool = True
+    setup_key: str = ""  # a one-time set-up the run needs (tiny: its base model)
+    setup_done: bool = True
     unused: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -182,7 +146,7 @@ class GridPoint:
 class GridPlan:
     points: list[GridPoint]
     varying: list[str]  # override keys that differ between points
-    base_build_s: float  # SFT builds of base models missing from the cache
+    base_build_s: float  # one-time set-ups missing (tiny: SFT builds of base models)
 
     @property
     def total_s(self) -> float:
@@ -198,6 +162,26 @@ class GridPlan:
         """The point's values of the varying keys, e.g. ``granularity=rowwise seed=1``."""
         return " ".join(o for o in point.overrides if _override_key(o) in self.varying) or "-"
 
+    def name(self, point: GridPoint) -> str:
+        """:meth:`label`, or the run id in a grid of one point."""
+        label = self.label(point)
+        return point.run_id if label == "-" else label
+
+    def done_and_missing(self) -> tuple[list[GridPoint], list[GridPoint]]:
+        """(points whose run is done, points whose run is not), one point per run: what a
+        report over a grid can read, and what it still needs ``sweep.py`` to run."""
+        points = [p for p in self.points if p.action != "duplicate"]
+        return [p for p in points if p.action == "skip"], [p for p in points if p.action != "skip"]
+
+    def missing_note(self, command: str) -> str:
+        """One line naming the runs not done and the command that runs them ("" if none)."""
+        done, missing = self.done_and_missing()
+        if not missing:
+            return ""
+        names = ", ".join(f"{self.name(p)}: {p.action}" for p in missing)
+        total = len(done) + len(missing)
+        return f"{len(missing)} of {total} runs not done ({names}); run: {command}"
+
 
 def _override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
@@ -212,17 +196,17 @@ def plan_point(
     store: RunStore | None = None,
 ) -> GridPoint:
     """Plan one composed config (validates it: raises ConfigError)."""
-    train_cfg = to_train_config(cfg)
-    plain = run_config(cfg, train_cfg)
-    store = store or RunStore(cfg.runs_dir)
-    experiment = str(cfg.experiment_name)
+    resolved = resolve_run(cfg)
+    exp, run_cfg, plain = resolved.experiment, resolved.config, resolved.plain
+    store = store or RunStore(exp.runs_dir)
+    experiment = exp.experiment_name
     run_id = store.run_id(plain)
     path = store.run_dir(experiment, run_id)
-    threads = int(cfg.threads)
-    task = str(plain.get("task", "train"))
-    steps = train_cfg.steps if task == "train" else 0
+    threads = exp.threads
+    task = run_cfg.task
+    steps = run_cfg.steps if task == "train" else 0
     costs = costs or CostModel()
-    step_s, source = costs.step_seconds(plain, threads)
+    step_s, source = costs.step_seconds(run_cfg, threads)
     action, status, reason, done = "start", None, "", 0
     if (path / "status.json").exists():
         info = store.run_info(experiment, run_id)
@@ -237,7 +221,7 @@ def plan_point(
             action, done = "skip", info.last_step or steps
         elif info.status is RunStatus.PRUNED:
             action = "pruned"
-        elif info.status is RunStatus.FAILED and not cfg.rerun_failed:
+        elif info.status is RunStatus.FAILED and not exp.rerun_failed:
             action = "failed"
         elif info.status is RunStatus.RUNNING and not info.crashed:
             action = "running"
@@ -249,8 +233,7 @@ def plan_point(
                 action = "start" if checkpoint is None else "resume"
     elif _has_stale(store, experiment, plain):
         action = "stale"
-    base_key = base_model_key(train_cfg.base)
-    cache = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
+    cost = resolved.cost()
     point = GridPoint(
         index=index,
         overrides=list(overrides or []),
@@ -265,15 +248,16 @@ def plan_point(
         step_s=step_s,
         cost_source=source,
         est_s=0.0,
-        train_config=train_cfg,
+        resolved=resolved,
         config=plain,
         task=task,
         reason=reason,
-        base_key=base_key,
-        base_cached=(cache / base_key / "config.json").is_file(),
-        unused=unused_settings(cfg),
+        setup_key=cost.setup_key,
+        setup_done=cost.setup_done,
+        unused=resolved.unused,
     )
-    point.est_s = _remaining_seconds(point, costs)
+    if point.action in ("start", "resume", "retry", "running"):
+        point.est_s = cost.run_s(step_s, steps - done)
     return point
 
 
@@ -283,20 +267,6 @@ def _has_stale(store: RunStore, experiment: str, plain: dict[str, Any]) -> bool:
         i.stale and i.status is RunStatus.DONE and i.provenance.get("config_sha256") == sha
         for i in store.list_runs(experiment)
     )
-
-
-def _remaining_seconds(point: GridPoint, costs: CostModel) -> float:
-    if point.action in ("start", "resume", "retry", "running"):
-        cfg = point.train_config
-        if point.task != "train":  # the noise probe: a few rollouts and forwards
-            return RUN_OVERHEAD_S + 4 * point.step_s
-        frac = (point.steps - point.done_steps) / max(point.steps, 1)
-        return (
-            RUN_OVERHEAD_S
-            + (point.steps - point.done_steps) * point.step_s
-            + frac * costs.eval_seconds(cfg, point.step_s)
-        )
-    return 0.0
 
 
 def plan_grid(
@@ -340,8 +310,6 @@ def plan_grid(
         }
     )
     missing = {
-        p.base_key: CostModel.base_build_seconds(p.train_config)
-        for p in planned
-        if p.runs and not p.base_cached
+        p.setup_key: p.resolved.cost().setup_s for p in planned if p.runs and not p.setup_done
     }
     return GridPlan(planned, varying, sum(missing.values()))

@@ -26,8 +26,9 @@ from typing import Any
 from rich.console import Console, RenderableType
 from rich.table import Table
 
+from fp8rl.config import RunConfig
 from fp8rl.experiments.dispatch import run_threads
-from fp8rl.experiments.grid import RUN_OVERHEAD_S, CostModel, GridPlan
+from fp8rl.experiments.grid import CostModel, GridPlan, stored_config
 from fp8rl.runs import RunInfo, RunStatus, RunStore
 
 __all__ = [
@@ -68,20 +69,20 @@ def _reason(info: RunInfo) -> str:
     return info.reason
 
 
-def _describe(config: dict[str, Any]) -> str:
-    """A short label of a run from its stored config (runs that are not in the plan)."""
-    if not config:
+def _describe(cfg: RunConfig | None) -> str:
+    """A short label of a run from its config (runs that are not in the plan)."""
+    if cfg is None:
         return "?"
-    rollout = config.get("rollout_weight_scale") or "bf16"
+    g, a = cfg.granularity, cfg.algorithm
     parts = [
-        f"{config.get('recipe')}/{rollout}",
-        str(config.get("algorithm")),
-        f"eps={config.get('eps_low')}/{config.get('eps_high')}",
-        str(config.get("clipping")),
-        f"seed={config.get('seed')}",
+        f"{g.training}/{g.rollout or 'bf16'}",
+        a.name,
+        f"eps={a.eps_low}/{a.eps_high}",
+        cfg.clipping.mode,
+        f"seed={cfg.seed}",
     ]
-    if config.get("task", "train") != "train":
-        parts.insert(0, str(config["task"]))
+    if cfg.task != "train":
+        parts.insert(0, cfg.task)
     return " ".join(parts)
 
 
@@ -158,12 +159,14 @@ def grid_report(
         state = _state(info) if info else "not started"
         step = info.last_step if info else None
         left = point.steps - (step or 0)
-        per_step = costs.measured_step_seconds(point.config, point.threads) or point.step_s
-        remaining = left * per_step + (RUN_OVERHEAD_S if step is None else 0.0)
+        run_cfg = point.resolved.config
+        per_step = costs.measured_step_seconds(run_cfg, point.threads) or point.step_s
+        overhead = point.resolved.cost().overhead_s if step is None else 0.0
+        remaining = left * per_step + overhead
         rows.append(
             ReportRow(
                 point.run_id,
-                plan.label(point) if plan.varying else _describe(point.config),
+                plan.label(point) if plan.varying else _describe(run_cfg),
                 state,
                 step,
                 point.steps,
@@ -176,16 +179,17 @@ def grid_report(
         for run_id, info in infos.items():
             if run_id in planned:
                 continue
-            steps = int(info.config.get("steps", 0) or 0)
+            cfg = stored_config(info)
+            steps = cfg.steps if cfg else 0
             state = _state(info)
             remaining = 0.0
-            if state in ("running", "pending") and info.config:
-                per_step, _ = costs.step_seconds(info.config, run_threads(info))
+            if state in ("running", "pending") and cfg is not None:
+                per_step, _ = costs.step_seconds(cfg, run_threads(info))
                 remaining = (steps - (info.last_step or 0)) * per_step
             rows.append(
                 ReportRow(
                     run_id,
-                    _describe(info.config),
+                    _describe(cfg),
                     state,
                     info.last_step,
                     steps,

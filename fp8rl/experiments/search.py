@@ -67,6 +67,8 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from fp8rl.config import RunConfig
+from fp8rl.experiments.backends import get_backend
 from fp8rl.runs import RunInfo, RunPruned, RunStore, read_step_log, to_plain
 
 __all__ = [
@@ -540,14 +542,16 @@ def trial_overrides(spec: SearchSpec, params: Mapping[str, Any]) -> list[str]:
 
 
 def _config_of(cfg: Any) -> dict[str, Any]:
-    """The plain config a run is keyed by (``TrainConfig.to_dict()`` for the tiny backend)."""
+    """The plain config a run is keyed by: a RunConfig resolved by its backend (as the
+    backend's ``run`` keys it), or plain data as it is."""
+    if isinstance(cfg, RunConfig):
+        cfg = get_backend(cfg.backend.name).resolve(cfg)[0]
     return to_plain(cfg.to_dict() if hasattr(cfg, "to_dict") else cfg)
 
 
-def _default_train() -> Callable[..., Any]:
-    from fp8rl.tiny.train import train  # torch: only when a search actually trains
-
-    return train
+def _run_on_backend(cfg: RunConfig, store: RunStore, experiment: str, **kwargs: Any) -> Any:
+    """Run a trial's config on the backend it names (``fp8rl.experiments.backends``)."""
+    return get_backend(cfg.backend.name).run(cfg, store, experiment, **kwargs)
 
 
 def _preflight(spec: SearchSpec, compose: Callable[[list[str]], Any]) -> None:
@@ -560,10 +564,11 @@ def _preflight(spec: SearchSpec, compose: Callable[[list[str]], Any]) -> None:
             f"search spec: the overrides of the first trial do not compose ({overrides}): "
             f"{type(exc).__name__}: {exc}"
         ) from exc
-    if spec.objective.name == "final_accuracy" and getattr(cfg, "eval_every", None) == 0:
+    evaluates = getattr(getattr(cfg, "eval", None), "every", None)
+    if spec.objective.name == "final_accuracy" and evaluates == 0:
         raise SearchSpecError(
             "search spec: objective final_accuracy reads evaluations from eval.jsonl, but the "
-            "composed run never evaluates (eval_every=0); add an override that sets it"
+            "composed run never evaluates (eval.every=0); add an override that sets it"
         )
 
 
@@ -671,7 +676,7 @@ def run_search(
     (the experiment system's Hydra compose, or anything with the same contract; the
     config needs ``to_dict()`` or must be plain data). ``train_fn(cfg, store, experiment,
     *, cache_dir, on_step, rerun_failed)`` runs it in the store and returns a summary with
-    ``run_id, decision, status`` (default: :func:`fp8rl.tiny.train.train`). Trial user
+    ``run_id, decision, status`` (default: the ``run`` of the backend the config names). Trial user
     attributes: ``run_id``, ``experiment``, ``overrides``, ``decision`` (``start``,
     ``resume``, ``skip`` = reused a finished run, ``pruned``, ``failed``, ...),
     ``run_status`` and, for failures, ``fail_reason``.
@@ -681,7 +686,7 @@ def run_search(
     target = spec.n_trials if n_trials is None else n_trials
     if target < 1:
         raise SearchSpecError(f"n_trials must be a positive integer, got {target}")
-    train_fn = train_fn or _default_train()
+    train_fn = train_fn or _run_on_backend
     distributions = spec.distributions()
     _preflight(spec, compose)
     storage = spec.storage_url(store)
@@ -787,6 +792,23 @@ def _run_trial(
         trial.set_user_attr("decision", "failed")
         fail(f"run {run_id} failed: {type(exc).__name__}: {exc}")
         return
+    _tell_outcome(spec, trial, store, summary, run_id, reporter, finish, fail)
+
+
+def _tell_outcome(
+    spec: SearchSpec,
+    trial: Trial,
+    store: RunStore,
+    summary: Any,
+    run_id: str,
+    reporter: _Reporter,
+    finish: Callable[[TrialState, float | None, str], None],
+    fail: Callable[[str], None],
+) -> None:
+    """Turn a finished ``train_fn`` call into the trial's state: pruned (replaying a reused
+    pruned run's history), failed (with the store's reason), or complete with the
+    objective read from the run's logs."""
+    run_dir = store.run_dir(spec.experiment, run_id)
     if summary.run_id != run_id:  # train_fn keys runs by more than compose's config
         log.warning("trial %d: run id %s, not %s as composed", trial.number, summary.run_id, run_id)
         run_id = summary.run_id

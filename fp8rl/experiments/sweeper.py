@@ -2,11 +2,12 @@
 
 Selected by ``experiments/conf/config.yaml`` (``override hydra/sweeper: grid``). It expands
 the grid exactly as Hydra's ``BasicSweeper`` does (``hydra.sweeper.params`` then the
-command line, Hydra's override parser, ``split_arguments``), and before launching anything:
+command line, Hydra's override parser, the same cross product:
+:func:`~fp8rl.experiments.compose.grid_points`), and before launching anything:
 
-1. composes and validates **every** point (``to_train_config``, thread checks), and fails
-   with one message listing every bad point, so a typo in point 7 does not surface after
-   points 1-6 have run;
+1. composes and validates **every** point (``resolve_run``: the schema, then the backend's
+   checks; thread checks), and fails with one message listing every bad point, so a typo
+   in point 7 does not surface after points 1-6 have run;
 2. plans each point against the run store (:func:`~fp8rl.experiments.grid.plan_grid`):
    points whose run is done, failed (without ``rerun_failed=true``), pruned, stale, held
    by another live process, or a duplicate of an earlier point (the same run spelled
@@ -32,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import HydraException
@@ -42,13 +42,13 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from fp8rl.experiments.compose import error_message
+from fp8rl.experiments.compose import error_message, grid_points
 from fp8rl.experiments.grid import GridPlan, plan_grid
 from fp8rl.experiments.progress import grid_report, plan_table, report_table, summary_line, to_text
 from fp8rl.experiments.schema import ConfigError
 from fp8rl.runs import RunStore
 
-__all__ = ["GridFailed", "GridSweeper", "GridSweeperConf", "launcher_workers"]
+__all__ = ["GridFailed", "GridSweeper", "GridSweeperConf", "batches", "launcher_workers"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,18 @@ class GridSweeperConf:
     progress_every_s: float = 60.0
 
 
+def batches(jobs: list[list[str]], max_batch_size: int | None) -> list[list[list[str]]]:
+    """The jobs in launches of ``hydra.sweeper.max_batch_size`` (null or -1: one launch),
+    as ``BasicSweeper.split_overrides_to_chunks`` cuts them."""
+    if max_batch_size is None or max_batch_size == -1:
+        max_batch_size = max(1, len(jobs))
+    if max_batch_size < 1:
+        raise HydraException(
+            f"hydra.sweeper.max_batch_size={max_batch_size}: need a positive size, or null"
+        )
+    return [jobs[i : i + max_batch_size] for i in range(0, len(jobs), max_batch_size)]
+
+
 def launcher_workers(config: DictConfig) -> int:
     """How many jobs the configured launcher runs at once (1 for the basic launcher)."""
     launcher = OmegaConf.select(config, "hydra.launcher") or {}
@@ -79,8 +91,10 @@ def launcher_workers(config: DictConfig) -> int:
 
 class GridSweeper(Sweeper):
     """See the module docstring. (Not a subclass of ``BasicSweeper``: Hydra re-executes
-    its plugin modules when it scans them, which breaks ``super()`` in subclasses; the
-    basic sweeper's static expansion helpers are used as they are.)"""
+    its plugin modules when it scans them, which breaks ``super()`` in subclasses; nor
+    does it use the basic sweeper's helpers, which live in ``hydra._internal``: the cross
+    product is :func:`~fp8rl.experiments.compose.grid_points`, the batches
+    :func:`batches`.)"""
 
     def __init__(
         self,
@@ -133,8 +147,7 @@ class GridSweeper(Sweeper):
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         params = [f"{k}={v}" for k, v in self.params.items()]
         overrides = parser.parse_overrides([*params, *arguments])
-        (jobs,) = BasicSweeper.split_arguments(overrides, None)
-        return plan_grid(self._compose_all(jobs))
+        return plan_grid(self._compose_all(grid_points(overrides)))
 
     def _groups(self, plan: GridPlan) -> list[tuple[str, str]]:
         return sorted({(str(p.path.parents[1]), p.experiment) for p in plan.points})
@@ -180,6 +193,7 @@ class GridSweeper(Sweeper):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         to_launch = [p for p in plan.points if p.runs]
+        chunks = batches([p.overrides for p in to_launch], self.max_batch_size)
         for point in to_launch:
             if point.action == "start":
                 store = RunStore(point.path.parents[1])
@@ -199,11 +213,8 @@ class GridSweeper(Sweeper):
         returns: list[Sequence[JobReturn]] = []
         job_failures: list[str] = []
         try:
-            batches = BasicSweeper.split_overrides_to_chunks(
-                [p.overrides for p in to_launch], self.max_batch_size
-            )
             index = 0
-            for batch in batches:
+            for batch in chunks:
                 results = self.launcher.launch(batch, initial_job_idx=index)
                 index += len(batch)
                 returns.append(results)

@@ -1,126 +1,52 @@
-"""to_train_config: every TrainConfig field has one Hydra key, every key is read, and one run
-has one id however it is spelled (and whichever entry point builds it)."""
+"""The backend seam: a composed config is validated by the schema and its backend, resolved
+once, and keyed by its resolved run config, so one run has one id however it is spelled
+and whichever entry point builds it; a backend that is not available fails before compute."""
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-import enum
-from typing import Any
-
 import pytest
-from omegaconf import DictConfig, OmegaConf
 
-from fp8rl.experiments.build import TRAIN_KEYS, to_train_config, unused_settings
+from fp8rl.config import ConfigError, RunConfig
+from fp8rl.experiments.backends import BACKENDS, get_backend, resolve_run
 from fp8rl.experiments.compose import Composer, compose
 from fp8rl.experiments.dispatch import run_config
-from fp8rl.experiments.schema import RUNTIME_KEYS, ExperimentConfig
+from fp8rl.experiments.schema import RUNTIME_KEYS, ExperimentConfig, run_config_of, validate
 from fp8rl.runs import run_id_for
-from fp8rl.tiny.evaluate import EvalConfig
-from fp8rl.tiny.model import PRESETS
-from fp8rl.tiny.sft import SFTConfig
-from fp8rl.tiny.tasks import FAMILIES
-from fp8rl.tiny.train import TrainConfig
+from fp8rl.tiny.backend import TinyBackend
+from fp8rl.tiny.train import train
 
-from quick_runs import QUICK
-
-#: Keys of the tree that are not TrainConfig fields: where/how to run, the task, and labels.
-NOT_TRAIN = {*RUNTIME_KEYS, "task", "probe_rounds", "granularity.name", "clipping.name"}
-NOT_TRAIN.add("backend.name")  # checked by validation; TrainConfig.to_dict says "tiny"
+from quick_runs import QUICK, quick
 
 
-def leaves(node: DictConfig, prefix: str = "") -> list[str]:
-    out = []
-    for key in node:
-        value = node._get_node(key)
-        name = f"{prefix}{key}"
-        if isinstance(value, DictConfig):
-            out += leaves(value, f"{name}.")
-        else:
-            out.append(name)
-    return out
+def test_the_tree_composes_into_the_run_config_plus_runtime_keys() -> None:
+    exp = validate(compose())
+    assert isinstance(exp, ExperimentConfig) and isinstance(exp, RunConfig)
+    assert set(RUNTIME_KEYS) == {
+        "experiment_name", "runs_dir", "cache_dir", "threads", "rerun_failed",
+        "max_steps_this_call",
+    }  # fmt: skip
+    assert type(run_config_of(exp)) is RunConfig
 
 
-def test_train_keys_cover_every_field_of_trainconfig_sft_and_eval() -> None:
-    fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"base", "eval"}
-    fields |= {f"base.{f.name}" for f in dataclasses.fields(SFTConfig)}
-    fields |= {f"eval.{f.name}" for f in dataclasses.fields(EvalConfig)}
-    assert set(TRAIN_KEYS) == fields
+def test_the_tiny_backend_is_the_default_and_verl_is_refused_before_compute() -> None:
+    assert isinstance(get_backend("tiny"), TinyBackend)
+    assert resolve_run(compose()).backend is get_backend("tiny")
+    with pytest.raises(ConfigError, match="backend=verl is not available yet: the verl-backend"):
+        resolve_run(compose(["backend=verl"]))
+    with pytest.raises(ConfigError, match="unknown"):
+        get_backend("jax")
+    assert set(BACKENDS) == {"tiny", "verl"}
 
 
-def test_every_key_of_the_schema_is_read_or_declared_runtime() -> None:
-    schema = leaves(OmegaConf.structured(ExperimentConfig))
-    assert sorted(schema) == sorted(set(TRAIN_KEYS.values()) | NOT_TRAIN)
-    assert len(set(TRAIN_KEYS.values())) == len(TRAIN_KEYS)  # one key per field
-
-
-#: A context in which every setting is used (nothing is reset as "unused").
-EVERYTHING_USED = [
-    "granularity=blockwise",
-    "clipping=calibrated",
-    "algorithm=dapo",
-    "algorithm.kl_coef=0.1",
-    "algorithm.ref_recipe=blockwise",
-    "algorithm.overlong_buffer_len=16",
-    "granularity.lm_head=true",
-    "eval.every=5",
-    "train.tis=true",
-]
-
-
-#: Keys whose other values need a companion setting to be valid.
-COMPANIONS = {"train.old_logprob_source": {"train.tis": False}, "eval.k": {"eval.greedy": False}}
-
-
-def candidates(value: Any, key: str) -> list[Any]:
-    if key == "model.preset":
-        return [p for p in PRESETS if p != value.value]
-    if key == "eval.families":
-        return [["add_sub"], list(FAMILIES[:3])]
-    if key == "model.sft.difficulties":
-        return [[1], [2, 3]]
-    if isinstance(value, enum.Enum):
-        return [m.value for m in type(value) if m is not value]
-    if isinstance(value, bool):
-        return [not value]
-    if isinstance(value, int):
-        return [value + 1, value * 2, 1, 2, 4, 8, 16]
-    if isinstance(value, float):
-        return [round(value * 0.5, 4), round(value + 0.05, 4), 0.1, 0.9, 1.5, 3.5]
-    if value is None:
-        return [1, 2, 4, 8, 0.6, 1.5, 0.1, "tensor", "token", "group"]
-    raise AssertionError(f"no candidates for {key}={value!r}")
-
-
-def test_every_key_changes_its_trainconfig_field() -> None:
-    """Perturb each key in turn (a valid value, found by trying a few): the TrainConfig field
-    it maps to must change to that value. A key the build forgot to read fails here."""
-    base_cfg = compose(EVERYTHING_USED)
-    assert unused_settings(base_cfg) == {}
-    base = to_train_config(base_cfg)
-    unchanged = []
-    for field, key in TRAIN_KEYS.items():
-        current = OmegaConf.select(base_cfg, key)
-        for value in candidates(current, key):
-            cfg = copy.deepcopy(base_cfg)
-            try:
-                for other, companion in COMPANIONS.get(key, {}).items():
-                    OmegaConf.update(cfg, other, companion, merge=False)
-                OmegaConf.update(cfg, key, value, merge=False)
-                train = to_train_config(cfg)
-            except ValueError:  # out of range for this key, or invalid here: next candidate
-                continue
-            except Exception:  # OmegaConf refuses the type
-                continue
-            obj: Any = train
-            for part in field.split("."):
-                obj = getattr(obj, part)
-            expected = tuple(value) if isinstance(value, list) else value
-            if obj == expected and train != base:
-                break
-        else:
-            unchanged.append(key)
-    assert unchanged == []
+def test_the_backend_checks_what_only_it_knows() -> None:
+    with pytest.raises(ConfigError, match=r"model\.preset='tiny-xl': the tiny backend knows"):
+        resolve_run(compose(["model.preset=tiny-xl"]))
+    with pytest.raises(ConfigError, match=r"granularity\.block_size=3 does not divide"):
+        resolve_run(compose(["granularity=blockwise", "granularity.block_size=3"]))
+    with pytest.raises(ConfigError, match=r"rollout\.max_new_tokens=900 exceeds"):
+        resolve_run(compose(["rollout.max_new_tokens=900"]))
+    with pytest.raises(ConfigError, match=r"eval\.families: unknown"):
+        resolve_run(compose(["eval.families=[calculus]"]))
 
 
 def run_id(overrides: list[str], composer: Composer) -> str:
@@ -176,17 +102,19 @@ def test_different_runs_get_different_ids() -> None:
     assert len(ids) == 9
 
 
-def test_a_run_from_sweep_is_the_run_train_tiny_makes() -> None:
-    """The store keys a run by TrainConfig.to_dict(): the test preset with blockwise FP8 is
-    the same run as the equivalent TrainConfig built directly (scripts/train_tiny.py)."""
-    direct = dataclasses.replace(QUICK, recipe="blockwise", rollout_weight_scale="block")
+def test_a_run_from_sweep_is_the_run_a_direct_train_call_makes(tmp_path, cache) -> None:
+    """The store keys a run by its resolved RunConfig: the test preset with blockwise FP8 is
+    the same run as the equivalent RunConfig handed to the trainer directly."""
+    direct = quick(**{"granularity.training": "blockwise", "granularity.rollout": "block"})
     cfg = compose(["+experiment=test", "granularity=blockwise"])
-    assert to_train_config(cfg).to_dict() == direct.to_dict()
-    assert run_id_for(run_config(cfg)) == run_id_for(direct.to_dict())
+    assert run_id_for(run_config(cfg)) == run_id_for(TinyBackend().resolve(direct)[0].to_dict())
+    summary = train(direct, tmp_path, "test", cache_dir=cache, max_steps_this_call=1)
+    assert summary.run_id == run_id_for(run_config(cfg))
+    assert QUICK.granularity.block_size is None  # resolved to the 8B ratio, 4 at width 128
 
 
 def test_unused_settings_are_reported() -> None:
     cfg = compose(["granularity.block_size=8", "clipping.period=7"])
-    unused = unused_settings(cfg)
+    unused = resolve_run(cfg).unused
     assert set(unused) == {"granularity.block_size", "clipping.period"}
     assert "standard does not calibrate" in unused["clipping.period"]

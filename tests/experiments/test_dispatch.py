@@ -29,17 +29,17 @@ def test_a_run_sets_its_threads_and_a_second_call_skips_it(tmp_path: Path, cache
 
 
 def test_the_noise_probe_is_a_run_of_its_own(tmp_path: Path, cache: Path) -> None:
-    probe_cfg = cfg(tmp_path, cache, "task=noise_probe", "probe_rounds=1", "granularity=rowwise")
+    probe_cfg = cfg(tmp_path, cache, "task=noise_probe", "probe_rounds=1", "granularity=blockwise")
     summary = run_one(probe_cfg)
     assert (summary.decision, summary.status) == ("start", "done")
     rows = read_step_log(summary.path / "metrics.jsonl").to_rows()
     assert [r["step"] for r in rows] == [0]
     assert rows[0]["noise/responses"] == 16.0
-    assert rows[0]["noise/train_vs_bf16/all/std"] > 0  # rowwise FP8 training vs its BF16
+    assert rows[0]["noise/train_vs_bf16/all/std"] > 0  # blockwise FP8 training vs its BF16
     info = RunStore(tmp_path / "runs").run_info("test", summary.run_id)
     assert info.config["task"] == "noise_probe" and info.config["probe_rounds"] == 1
     assert run_one(probe_cfg).decision == "skip"
-    train_cfg = cfg(tmp_path, cache, "granularity=rowwise")
+    train_cfg = cfg(tmp_path, cache, "granularity=blockwise")
     assert RunStore(tmp_path).run_id(run_config(train_cfg)) != summary.run_id
 
 

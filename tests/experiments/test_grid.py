@@ -11,13 +11,7 @@ import pytest
 import torch
 
 from fp8rl.experiments.compose import Composer, expand_grid
-from fp8rl.experiments.grid import (
-    DEFAULT_STEP_S,
-    FP8_TRAINING_FACTOR,
-    RUN_OVERHEAD_S,
-    CostModel,
-    plan_grid,
-)
+from fp8rl.experiments.grid import CostModel, plan_grid
 from fp8rl.experiments.progress import (
     grid_report,
     plan_table,
@@ -27,6 +21,7 @@ from fp8rl.experiments.progress import (
 )
 from fp8rl.experiments.schema import ConfigError
 from fp8rl.runs import RunStore
+from fp8rl.tiny.backend import DEFAULT_STEP_S, FP8_TRAINING_FACTOR, RUN_OVERHEAD_S
 
 
 @pytest.fixture(autouse=True)
@@ -145,7 +140,7 @@ def test_default_costs_scale_with_batch_and_precision(tmp_path: Path) -> None:
     assert fp8.step_s == pytest.approx(bf16.step_s * FP8_TRAINING_FACTOR)
     assert bf16.cost_source == "default"
     # the base model is not in the (empty) cache: its SFT build is counted once
-    assert not bf16.base_cached and plan.base_build_s > 0
+    assert not bf16.setup_done and plan.base_build_s > 0
     assert plan.total_s == pytest.approx(bf16.est_s + fp8.est_s + plan.base_build_s)
 
 

@@ -2,8 +2,8 @@
 
 Trials run the real tiny trainer on the ``tiny-test`` base (built once per module into a
 temporary cache), 2-3 steps of 4 prompts x 4 samples. The ``compose`` here stands in for
-the experiment system's Hydra compose: a handful of override keys mapped onto a
-``TrainConfig`` with ``dataclasses.replace``.
+the experiment system's Hydra compose: the tree's dotted keys applied to the quick run
+with ``fp8rl.config.override`` (``clipping=<option>`` sets ``clipping.mode``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState
 
 import fp8rl.tiny.train as trainer
+from fp8rl.config import RunConfig, override
 from fp8rl.experiments.search import (
     ObjectiveSpec,
     SearchSpec,
@@ -31,8 +32,8 @@ from fp8rl.experiments.search import (
     run_search,
     trial_overrides,
 )
+from fp8rl.rl import POLICY_LOSSES
 from fp8rl.runs import RunStore
-from fp8rl.tiny.train import TrainConfig
 
 from quick_runs import QUICK as _QUICK
 from quick_runs import QUICK_BASE
@@ -40,30 +41,15 @@ from quick_runs import QUICK_BASE
 REPO = Path(__file__).resolve().parents[2]
 
 BASE = QUICK_BASE
-QUICK = dataclasses.replace(_QUICK, recipe="tensorwise")
-
-#: override key -> TrainConfig field (the Hydra tree's names for the calibration knobs)
-KEYS = {
-    "clipping": "clipping",
-    "clipping.period": "calib_period",
-    "clipping.smoothing": "calib_smoothing",
-    "clipping.init_low": "calib_init_low",
-    "clipping.upper_rule": "calib_upper_rule",
-    "clipping.lower_only": "calib_lower_only",
-    "steps": "steps",
-    "eval_every": "eval_every",
-    "checkpoint_every": "checkpoint_every",
-}
+QUICK = override(_QUICK, {"granularity.training": "blockwise"})  # FP8 (our own kernels)
 
 
-def compose(overrides: list[str]) -> TrainConfig:
+def compose(overrides: list[str]) -> RunConfig:
     changes = {}
-    for override in overrides:
-        key, _, value = override.partition("=")
-        if key not in KEYS:
-            raise ValueError(f"unknown override key {key!r}")
-        changes[KEYS[key]] = yaml.safe_load(value)
-    return dataclasses.replace(QUICK, **changes)
+    for line in overrides:
+        key, _, value = line.partition("=")
+        changes["clipping.mode" if key == "clipping" else key] = yaml.safe_load(value)
+    return override(QUICK, changes)
 
 
 def spec(**changes) -> SearchSpec:
@@ -71,7 +57,7 @@ def spec(**changes) -> SearchSpec:
     data = {
         "study_name": "calib",
         "experiment": "search",
-        "overrides": ["clipping=calibrated", "clipping.period=1", "eval_every=2"],
+        "overrides": ["clipping=calibrated", "clipping.period=1", "eval.every=2"],
         "params": {
             "clipping.smoothing": "interval(0.0, 0.9)",
             "clipping.upper_rule": "choice(balance, quantile)",
@@ -129,10 +115,11 @@ def test_a_two_trial_search_runs_end_to_end_and_its_study_persists(searched) -> 
         info = infos[t.user_attrs["run_id"]]
         assert info.status == "done" and t.user_attrs["decision"] == "start"
         # the run is the trial's point of the space, composed like any other run
-        assert info.config["calib_smoothing"] == t.params["clipping.smoothing"]
-        assert info.config["calib_upper_rule"] == t.params["clipping.upper_rule"]
+        assert info.config["clipping"]["smoothing"] == t.params["clipping.smoothing"]
+        assert info.config["clipping"]["upper_rule"] == t.params["clipping.upper_rule"]
         assert t.user_attrs["overrides"] == trial_overrides(spec(), t.params)
-        assert info.run_id == searched.run_id(compose(t.user_attrs["overrides"]).to_dict())
+        resolved = trainer.resolve_config(compose(t.user_attrs["overrides"]))
+        assert info.run_id == searched.run_id(resolved.to_dict())
         # the value is the objective read back from the run store: the last clip_high
         last = json.loads((info.path / "metrics.jsonl").read_text().splitlines()[-1])
         assert t.value == last["data"]["fp8rl/clip_high"] == objective_value(info, spec().objective)
@@ -175,7 +162,7 @@ def test_a_trial_the_pruner_stops_ends_pruned_in_optuna_and_in_the_run_store(
     # a threshold no score reaches, checked from step 2 on: every trial stops after step 2
     pruning = spec(
         study_name="prune",
-        overrides=["checkpoint_every=1", "steps=3"],
+        overrides=["train.checkpoint_every=1", "steps=3"],
         params={"clipping.smoothing": "interval(0.0, 0.9)"},
         intermediate="critic/score/mean",
         pruner={"name": "threshold", "lower": 100.0, "n_warmup_steps": 2},
@@ -238,13 +225,13 @@ def test_a_backend_that_lets_run_pruned_through_still_ends_pruned(tmp_path) -> N
 
 
 def test_a_failed_run_is_a_failed_trial_and_is_not_rerun(tmp_path, cache, monkeypatch) -> None:
-    real = trainer.ppo_clip_loss
+    real = POLICY_LOSSES["calibrated_clip"]
 
     def poisoned(*args, **kwargs):
         loss, metrics = real(*args, **kwargs)
         return loss * float("nan"), metrics
 
-    monkeypatch.setattr(trainer, "ppo_clip_loss", poisoned)
+    monkeypatch.setitem(POLICY_LOSSES, "calibrated_clip", poisoned)
     # one point only: the second trial proposes the run the first one failed
     failing = spec(study_name="fail", params={"clipping.upper_rule": "choice(balance)"})
     store = RunStore(tmp_path / "runs")
@@ -273,7 +260,12 @@ def test_an_interrupted_search_resumes_its_running_trial_from_the_checkpoint(
     resumable = spec(
         study_name="resume",
         n_trials=1,
-        overrides=["clipping=calibrated", "clipping.period=1", "checkpoint_every=1", "steps=3"],
+        overrides=[
+            "clipping=calibrated",
+            "clipping.period=1",
+            "train.checkpoint_every=1",
+            "steps=3",
+        ],
     )
     store = RunStore(tmp_path / "runs")
     with pytest.raises(KeyboardInterrupt):
@@ -351,7 +343,7 @@ def test_specs_that_cannot_compose_or_evaluate_fail_before_any_compute(tmp_path)
     ):
         run_search(typo, compose, store, train_fn=never_train)
     no_eval = spec(objective={"name": "final_accuracy"}, overrides=["clipping=calibrated"])
-    with pytest.raises(SearchSpecError, match=r"never evaluates \(eval_every=0\)"):
+    with pytest.raises(SearchSpecError, match=r"never evaluates \(eval.every=0\)"):
         run_search(no_eval, compose, store, train_fn=never_train)
     assert not (store.root / "search" / "optuna.db").exists()
 
@@ -417,7 +409,8 @@ def test_trial_overrides_are_hydra_syntax_that_round_trips() -> None:
         "clipping.lower_only=true",
     ]
     cfg = compose(overrides)
-    assert (cfg.calib_smoothing, cfg.calib_upper_rule, cfg.calib_lower_only) == (
+    c = cfg.clipping
+    assert (c.smoothing, c.upper_rule, c.lower_only) == (
         0.1 + 0.2,
         "quantile",
         True,
