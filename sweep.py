@@ -20,21 +20,21 @@ config tree, and is a run in the store. Everything else is Hydra's command line
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
 
 import hydra
 import torch
 from omegaconf import DictConfig
 from rich.console import Console
 
-from fp8rl.experiments.build import to_train_config
-from fp8rl.experiments.compose import (
-    SEARCHPATH_OVERRIDE,
-    Composer,
-    expand_grid,
-    fixed_overrides,
-)
+from fp8rl.experiments.backends import resolve_run
+from fp8rl.experiments.compose import Composer, expand_grid, fixed_overrides
 from fp8rl.experiments.dispatch import run_one
 from fp8rl.experiments.grid import plan_grid
 from fp8rl.experiments.progress import grid_report, plan_table, report_table
@@ -46,7 +46,63 @@ register_configs()  # the schemas and hydra/sweeper=grid, before Hydra composes 
 
 log = logging.getLogger("sweep")
 
-_FLAGS = ("--status", "--dry-run")
+#: sweep.py's own flags (:func:`parse_args`), read before Hydra, which never sees them.
+_FLAGS = ("--search", "--n-trials", "--status", "--dry-run")
+_SPEC_EXAMPLE = "sweeps/hparams_search/calibration.yaml"
+
+
+@dataclass(frozen=True)
+class HarnessArgs:
+    """The harness's flags and the rest of the command line (Hydra's overrides and flags,
+    in their order): at most one of ``search`` (the spec file) and ``offline``
+    (``"--status"`` or ``"--dry-run"``)."""
+
+    search: str | None = None
+    n_trials: int | None = None
+    offline: str | None = None
+    rest: tuple[str, ...] = ()
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """One line and exit status 2 (argparse's usage line would list only our flags)."""
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _spec_file(value: str) -> str:
+    if not value:
+        raise argparse.ArgumentTypeError(f"needs a spec file, e.g. {_SPEC_EXAMPLE}")
+    if not Path(value).is_file():
+        raise argparse.ArgumentTypeError(f"no such spec file: {value}")
+    return value
+
+
+def _n_trials(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"need a whole number of trials >= 1, got {value!r}")
+    return n
+
+
+def parse_args(argv: Sequence[str]) -> HarnessArgs:
+    """Read :data:`_FLAGS` from ``argv`` (anywhere on the line, ``--flag value`` or
+    ``--flag=value``); exits with status 2 and one line on a bad use of them."""
+    # add_help=False: --help stays Hydra's; allow_abbrev=False: a Hydra flag or override
+    # is never taken for an abbreviation of one of ours.
+    parser = _Parser(prog="sweep.py", add_help=False, allow_abbrev=False)
+    mode = parser.add_mutually_exclusive_group()
+    # nargs="?": a bare --search reaches _spec_file as "" and gets its own message
+    mode.add_argument("--search", nargs="?", const="", type=_spec_file, metavar="SPEC")
+    mode.add_argument("--status", dest="offline", action="store_const", const="--status")
+    mode.add_argument("--dry-run", dest="offline", action="store_const", const="--dry-run")
+    parser.add_argument("--n-trials", type=_n_trials, metavar="N")
+    known, rest = parser.parse_known_args(list(argv))
+    if known.n_trials is not None and known.search is None:
+        parser.error("--n-trials needs --search SPEC")
+    return HarnessArgs(known.search, known.n_trials, known.offline, tuple(rest))
 
 
 def _plan(overrides: list[str]):
@@ -90,7 +146,7 @@ def search(spec_path: str, overrides: list[str], n_trials: int | None) -> int:
             torch.set_num_threads(int(base.threads))
 
             def compose_trial(trial_overrides: list[str]):
-                return to_train_config(compose([*overrides, *trial_overrides]))
+                return resolve_run(compose([*overrides, *trial_overrides])).config
 
             study = run_search(
                 spec,
@@ -141,21 +197,12 @@ def main(cfg: DictConfig) -> dict:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    if "--search" in args:
-        i = args.index("--search")
-        if i + 1 >= len(args):
-            sys.exit("--search needs a spec file, e.g. sweeps/hparams_search/calibration.yaml")
-        spec_file, rest = args[i + 1], args[:i] + args[i + 2 :]
-        trials = None
-        if "--n-trials" in rest:
-            j = rest.index("--n-trials")
-            trials, rest = int(rest[j + 1]), rest[:j] + rest[j + 2 :]
-        sys.exit(search(spec_file, rest, trials))
-    flags = [a for a in args if a in _FLAGS]
-    if len(flags) > 1:
-        sys.exit("use one of --status and --dry-run")
-    if flags:
-        sys.exit(offline(flags[0], [a for a in args if a not in _FLAGS]))
-    sys.argv.append(SEARCHPATH_OVERRIDE)  # sweeps/ as a config root (+sweep=<name>)
+    args = parse_args(sys.argv[1:])
+    if args.search is not None:
+        sys.exit(search(args.search, list(args.rest), args.n_trials))
+    if args.offline is not None:
+        sys.exit(offline(args.offline, list(args.rest)))
+    # No flag of ours: Hydra reads sys.argv as it is (sweeps/ is on its search path through
+    # config.yaml's hydra.searchpath). Our flags never reach Hydra's parser, which would
+    # refuse them: each one ends above, and none of those paths calls main().
     main()

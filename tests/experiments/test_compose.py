@@ -14,11 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from fp8rl.experiments.build import to_train_config
+from fp8rl.config import RunConfig
+from fp8rl.experiments.backends import resolve_run
 from fp8rl.experiments.compose import CONF_DIR, SWEEPS_DIR, Composer, compose, expand_grid
 from fp8rl.experiments.schema import ConfigError
 
 GROUPS = ("granularity", "algorithm", "model", "clipping", "backend")
+
+
+def to_run_config(cfg) -> RunConfig:
+    """The resolved run config a composed config runs as (schema and backend checks)."""
+    return resolve_run(cfg).config
 
 
 def options(group: str) -> list[str]:
@@ -40,7 +46,7 @@ def test_the_tree_has_the_issues_options() -> None:
     ]
     assert options("algorithm") == ["dapo", "grpo"]
     assert options("model") == ["tiny-l", "tiny-m", "tiny-s", "tiny-test"]
-    assert options("clipping") == ["calibrated", "lower_only", "standard"]
+    assert options("clipping") == ["calibrated", "cispo", "lower_only", "standard"]
     assert options("backend") == ["tiny", "verl"]
     assert {"+experiment=table2", "+experiment=dapo_table", "+experiment=test"} <= set(PRESETS)
     assert {"+sweep=regime", "+sweep=regime_noise", "+sweep=tis", "+sweep=lm_head"} <= set(PRESETS)
@@ -70,9 +76,9 @@ def check_combination(composer: Composer, pick: dict[str, str]) -> None:
     cfg = composer([f"{g}={v}" for g, v in pick.items()])
     if pick["backend"] == "verl":
         with pytest.raises(ConfigError, match=r"backend=verl is not available yet.*backend=tiny"):
-            to_train_config(cfg)
+            to_run_config(cfg)
         return
-    train = to_train_config(cfg)
+    run = to_run_config(cfg)
     spelled = {
         "bf16": ("bf16", None),
         "tensorwise": ("tensorwise", "tensor"),
@@ -80,19 +86,22 @@ def check_combination(composer: Composer, pick: dict[str, str]) -> None:
         "blockwise": ("blockwise", "block"),
         "fp8_rollout_only": ("bf16", "block"),
     }[pick["granularity"]]
-    assert (train.recipe, train.rollout_weight_scale) == spelled
-    assert train.algorithm == pick["algorithm"]
-    assert train.clip_eps == {"grpo": (0.2, 0.2), "dapo": (0.2, 0.28)}[pick["algorithm"]]
-    assert train.use_dynamic_sampling == (pick["algorithm"] == "dapo")
-    assert (train.overlong_buffer is not None) == (pick["algorithm"] == "dapo")
-    assert train.base.preset == pick["model"]
-    assert train.clipping == ("standard" if pick["clipping"] == "standard" else "calibrated")
-    assert train.calib_lower_only == (pick["clipping"] == "lower_only")
+    g, a, c = run.granularity, run.algorithm, run.clipping
+    assert (g.training, g.rollout) == spelled
+    assert a.name == pick["algorithm"]
+    assert (a.eps_low, a.eps_high) == {"grpo": (0.2, 0.2), "dapo": (0.2, 0.28)}[pick["algorithm"]]
+    assert a.dynamic_sampling == (pick["algorithm"] == "dapo")
+    assert (run.overlong_buffer is not None) == (pick["algorithm"] == "dapo")
+    assert run.model.preset == pick["model"]
+    calibrated = pick["clipping"] in ("calibrated", "lower_only")
+    assert c.mode == ("calibrated" if calibrated else "standard")
+    assert c.lower_only == (pick["clipping"] == "lower_only")
+    assert c.loss == ("fp8rl_cispo" if pick["clipping"] == "cispo" else "calibrated_clip")
 
 
 def test_every_pair_of_group_options_composes_and_builds() -> None:
     picks = pairwise_combinations()
-    assert 20 <= len(picks) < 60
+    assert 20 <= len(picks) < 80  # a greedy cover of every pair of options
     with Composer() as composer:
         for pick in picks:
             check_combination(composer, pick)
@@ -122,7 +131,7 @@ def test_every_preset_composes_and_its_grid_axes_validate(preset: str) -> None:
         points = expand_grid([preset], composer)
         assert len(points) >= 1
         for point in covering_points(points):
-            to_train_config(composer(point))
+            to_run_config(composer(point))
     if preset != "+experiment=test":
         assert len(points) > 1, f"{preset} defines no grid"
 
@@ -132,7 +141,7 @@ def test_every_point_of_every_preset_validates() -> None:
     with Composer() as composer:
         for preset in PRESETS:
             for point in expand_grid([preset], composer):
-                to_train_config(composer(point))
+                to_run_config(composer(point))
 
 
 def test_table2_is_the_papers_grid() -> None:
@@ -140,7 +149,7 @@ def test_table2_is_the_papers_grid() -> None:
     assert len(points) == 4 * 2 * 3
     cfg = compose(points[0])
     assert cfg.experiment_name == "table2"
-    assert cfg.algorithm.name.value == "grpo"
+    assert cfg.algorithm.name == "grpo"
     grid = {(p[0], p[1]) for p in points}
     assert ("granularity=blockwise", "clipping=calibrated") in grid
     assert ("granularity=bf16", "clipping=standard") in grid
@@ -159,11 +168,11 @@ def test_command_line_values_replace_a_presets_axis() -> None:
 def test_the_regime_sweep_is_symmetric_in_width() -> None:
     points = expand_grid(["+sweep=regime"])
     assert len(points) == 2 * 3 * 2 * 2 * 2  # docs/regime.md's pre-registered grid
-    train = to_train_config(compose(points[0]))
-    assert train.eps_low == train.eps_high == 0.05
-    assert train.ppo_mini_batches == 4
-    assert train.shadow_every == 1  # every step compared with its BF16 shadow
-    assert train.recipe != "bf16"  # FP8 runs only
+    run = to_run_config(compose(points[0]))
+    assert run.algorithm.eps_low == run.algorithm.eps_high == 0.05
+    assert run.train.ppo_mini_batches == 4
+    assert run.train.shadow_every == 1  # every step compared with its BF16 shadow
+    assert run.granularity.training != "bf16"  # FP8 runs only
 
 
 # ------------------------------------------------------------------ refusals
@@ -178,8 +187,15 @@ def test_the_regime_sweep_is_symmetric_in_width() -> None:
         # unknown option of a group
         (["granularity=fp4"], r"Could not find 'granularity/fp4'"),
         # a value outside a closed set, with the valid ones listed
-        (["granularity.training=fp4"], r"expected one of \[bf16, tensorwise, rowwise, blockwise\]"),
-        (["clipping.upper_rule=max"], r"expected one of \[balance, quantile\]"),
+        (
+            ["granularity.training=fp4"],
+            r"granularity.training='fp4' is not one of "
+            r"\['bf16', 'tensorwise', 'rowwise', 'blockwise'\]",
+        ),
+        (
+            ["clipping.upper_rule=max"],
+            r"clipping.upper_rule='max' is not one of \['balance', 'quantile'\]",
+        ),
         # a wrong type
         (
             ["algorithm.eps_low=wide"],
@@ -192,17 +208,17 @@ def test_the_regime_sweep_is_symmetric_in_width() -> None:
 )
 def test_composition_refuses_with_hydras_reason(overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        to_train_config(compose(overrides))
+        to_run_config(compose(overrides))
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
         # out of range: checked by the schema, naming the key
-        (["clipping.smoothing=1.5"], r"clipping.smoothing=1.5 is out of range: need \[0, 1\)"),
+        (["clipping.smoothing=1.5"], r"clipping.smoothing=1.5 is out of range: need 0.0 <= x < 1"),
         (["algorithm.eps_low=1.0"], r"algorithm.eps_low=1.0 is out of range"),
         (["clipping=calibrated", "clipping.period=0"], r"clipping.period=0 is out of range"),
-        (["clipping.init_high=0.9"], r"clipping.init_high=0.9 is out of range: need > 1"),
+        (["clipping.init_high=0.9"], r"clipping.init_high=0.9 is out of range: need 1.0 < x"),
         (["rollout.n_samples=0"], r"rollout.n_samples=0 is out of range"),
         (["threads=0"], r"threads=0 is out of range"),
         (["eval.k=4"], r"eval.k=4 with eval.greedy=true.*set eval.k=1 or eval.greedy=false"),
@@ -210,11 +226,11 @@ def test_composition_refuses_with_hydras_reason(overrides: list[str], message: s
         # impossible combinations, naming the Hydra keys involved
         (
             ["train.old_logprob_source=rollout", "train.tis=true"],
-            r"Set tis=False.*tis = train.tis",
+            r"train.tis=true with train.old_logprob_source=rollout.*Set train.tis=false",
         ),
         (
             ["clipping=calibrated", "train.ppo_mini_batches=1"],
-            r"off-policy mini-batch.*ppo_mini_batches = train.ppo_mini_batches",
+            r"off-policy mini-batch.*Set train.ppo_mini_batches >= 2",
         ),
         (
             ["granularity.rollout_activation=token"],
@@ -222,13 +238,14 @@ def test_composition_refuses_with_hydras_reason(overrides: list[str], message: s
         ),
         (
             ["granularity=blockwise", "granularity.block_size=7"],
-            r"block_size=7 does not divide.*block_size = granularity.block_size",
+            r"granularity.block_size=7 does not divide the linear widths",
         ),
         (
             ["rollout.max_new_tokens=1000"],
-            r"max_new_tokens=1000 exceeds.*max_new_tokens = rollout.max_new_tokens",
+            r"rollout.max_new_tokens=1000 exceeds model 'tiny-s'.s budget",
         ),
         (["backend=verl"], r"backend=verl is not available yet: the verl-backend issue"),
+        (["clipping=calibrated", "clipping.loss=vanilla"], r"clipping.loss=vanilla clips at"),
     ],
 )
 def test_validation_refuses_before_any_run_saying_what_to_change(
@@ -236,7 +253,7 @@ def test_validation_refuses_before_any_run_saying_what_to_change(
 ) -> None:
     cfg = compose(overrides)  # composes: types are fine
     with pytest.raises(ConfigError, match=f"(?s){message}"):
-        to_train_config(cfg)
+        to_run_config(cfg)
 
 
 def test_a_typo_in_a_preset_file_is_refused(tmp_path: Path, monkeypatch) -> None:
@@ -251,3 +268,74 @@ def test_a_typo_in_a_preset_file_is_refused(tmp_path: Path, monkeypatch) -> None
     monkeypatch.setattr(compose_module, "CONF_DIR", conf)
     with pytest.raises(ConfigError, match="period_k"):
         compose(["clipping=typo"])
+
+
+# ------------------------------------------------------------------ search path and grids
+
+
+def test_sweeps_is_on_the_search_path_through_the_primary_config(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """config.yaml's hydra.searchpath (no command-line override) finds sweeps/ from any
+    working directory."""
+    monkeypatch.chdir(tmp_path)
+    cfg = compose(["+sweep=smoke"], return_hydra_config=True)
+    assert cfg.experiment_name == "smoke"
+    assert list(cfg.hydra.overrides.hydra) == []
+    sources = {(s.provider, s.schema, s.path) for s in cfg.hydra.runtime.config_sources}
+    assert ("hydra.searchpath in main", "file", str(SWEEPS_DIR)) in sources
+
+
+GRIDS = [
+    [],
+    ["a=1"],
+    ["a=1,2", "b=x,y,z"],
+    ["a=1,2", "b=3", "c=4,5"],
+    # a later value for the same key wins and keeps the key's first place
+    ["a=1,2", "b=3,4", "a=5,6,7"],
+    ["a=1,2", "a=9", "b=3,4"],
+    ["a=range(0,3)", "b=choice(p,q)", "+c=1,2", "~d", "e@pkg=1,2", "f='s, t',u"],
+    ["granularity=bf16,rowwise", "seed=0,1,2", "+experiment=table2", "steps=3"],
+    ["list=[1,2],[3,4]", "dict={a:1},{a:2}", "n=null,1"],
+    ["a=sort(3,1,2)", "b=tag(t,choice(1,2))", "c=range(5,0,-2)"],
+]
+
+
+@pytest.mark.parametrize("grid", GRIDS, ids=[" ".join(g) or "empty" for g in GRIDS])
+def test_grid_points_is_hydras_basic_sweeper_expansion(grid: list[str]) -> None:
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # the reference
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from fp8rl.experiments.compose import grid_points
+
+    parsed = OverridesParser.create().parse_overrides(grid)
+    (expected,) = BasicSweeper.split_arguments(parsed, None)
+    assert grid_points(parsed) == [list(p) for p in expected]
+
+
+def test_a_grid_refuses_a_sweep_it_cannot_enumerate() -> None:
+    with pytest.raises(ConfigError, match=r"INTERVAL_SWEEP.*interval"):
+        expand_grid(["clipping.smoothing=interval(0.1,0.5)"])
+
+
+@pytest.mark.parametrize("size", [None, -1, 1, 2, 3, 5, 8])
+def test_grid_batches_are_hydras_chunks(size: int | None) -> None:
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # the reference
+
+    from fp8rl.experiments.sweeper import batches
+
+    for n in (1, 5, 6):
+        jobs = [[f"seed={i}"] for i in range(n)]
+        assert batches(jobs, size) == list(BasicSweeper.split_overrides_to_chunks(jobs, size))
+    # a grid with nothing to launch (every run done) launches nothing (Hydra's helper
+    # asserts on an empty list with no batch size)
+    assert batches([], size) == []
+
+
+def test_grid_batches_refuse_a_size_below_one() -> None:
+    from hydra.errors import HydraException
+
+    from fp8rl.experiments.sweeper import batches
+
+    with pytest.raises(HydraException, match="max_batch_size=0"):
+        batches([["seed=0"]], 0)

@@ -28,7 +28,7 @@ from room_rules import REPO
 
 GRID = [
     "+experiment=test",
-    "granularity=bf16,tensorwise",
+    "granularity=bf16,blockwise",
     "seed=0,1",
     "steps=3",
     "train.checkpoint_every=1",
@@ -84,7 +84,7 @@ def sequential(tmp_path_factory: pytest.TempPathFactory, cache: Path) -> dict:
     tmp = tmp_path_factory.mktemp("sequential")
     root = tmp / "runs"
     first = plan(root, cache)
-    a, b, c, d = first.points  # bf16 s0, bf16 s1, tensorwise s0, tensorwise s1
+    a, b, c, d = first.points  # bf16 s0, bf16 s1, blockwise s0, blockwise s1
     threads = torch.get_num_threads()
     try:
         assert run_one(compose([*a.overrides, *where(root, cache)])).status == "done"
@@ -331,3 +331,64 @@ def test_an_optuna_search_through_sweep_py(tmp_path, cache) -> None:
     spec_file.write_text(yaml.safe_dump({**spec, "objective": {"name": "nope"}}))
     bad = sweep(tmp_path, *args)
     assert bad.returncode == 2 and "unknown objective 'nope'" in bad.stdout
+
+
+# ------------------------------------------------------------------ the command line
+
+SPEC = REPO / "sweeps" / "hparams_search" / "calibration.yaml"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--search"], "argument --search: needs a spec file, e.g. " + str(SPEC.relative_to(REPO))),
+        (
+            ["--search", "missing.yaml", "seed=1"],
+            "argument --search: no such spec file: missing.yaml",
+        ),
+        (
+            ["--search", str(SPEC), "--n-trials", "abc"],
+            "argument --n-trials: need a whole number of trials >= 1, got 'abc'",
+        ),
+        (
+            ["--search", str(SPEC), "--n-trials=0"],
+            "argument --n-trials: need a whole number of trials >= 1, got '0'",
+        ),
+        (["--n-trials", "2", "seed=1"], "--n-trials needs --search SPEC"),
+        (["--status", "--dry-run"], "argument --dry-run: not allowed with argument --status"),
+        (
+            ["--search", str(SPEC), "--status"],
+            "argument --status: not allowed with argument --search",
+        ),
+    ],
+)
+def test_a_bad_use_of_the_harness_flags_fails_in_one_line(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    out = sweep(tmp_path, *args, timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    ours = [line for line in out.stderr.splitlines() if line.startswith("sweep.py")]
+    assert ours == [f"sweep.py: error: {message}"], out.stderr  # (torch's import noise aside)
+    assert out.stderr.splitlines()[-1] == ours[0] and not out.stdout
+    assert not any(tmp_path.iterdir())  # nothing ran, nothing was written
+
+
+def test_hydra_gets_the_command_line_as_typed_and_finds_sweeps_from_any_cwd(
+    tmp_path: Path,
+) -> None:
+    """No flag of the harness: Hydra's app reads sys.argv untouched (no searchpath override
+    appended) and config.yaml's hydra.searchpath puts sweeps/ on its search path."""
+    import yaml
+
+    out = sweep(tmp_path, "--cfg", "hydra", "+sweep=smoke", f"runs_dir={tmp_path}", timeout=120)
+    assert out.returncode == 0, out.stderr
+    hydra_node = yaml.safe_load(out.stdout)["hydra"]
+    assert hydra_node["overrides"] == {
+        "hydra": [],
+        "task": ["+sweep=smoke", f"runs_dir={tmp_path}"],
+    }
+    assert hydra_node["searchpath"] == ["file://${fp8rl_repo:sweeps}"]
+    job = sweep(tmp_path, "--cfg", "job", "+sweep=smoke", timeout=120)
+    assert job.returncode == 0, job.stderr
+    assert yaml.safe_load(job.stdout)["experiment_name"] == "smoke"
+    assert not any(tmp_path.iterdir())
