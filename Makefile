@@ -39,17 +39,19 @@ base-model: setup ## Build (or load from cache) the tiny-s SFT base model and pr
 
 .PHONY: train-tiny
 train-tiny: setup ## One short tiny RL run (blockwise FP8 rollout+training, Calibrated Clipping) into runs/
-	$(PY) scripts/train_tiny.py --runs runs --experiment quickstart --recipe blockwise --block_size 4 \
-		--rollout_weight_scale block --clipping calibrated --calib_period 5 --steps 30 \
-		--eval_every 15 --eval_limit 50
+	$(PY) sweep.py experiment_name=quickstart threads=2 granularity=blockwise granularity.block_size=4 \
+		clipping=calibrated clipping.period=5 steps=30 eval.every=15 eval.limit=50 $(ARGS)
 
 .PHONY: first-look
 first-look: setup ## The trainer's first look: BF16 RL vs SFT (4 seeds), every recipe, the calibration check
-	$(PY) scripts/first_look.py
+	for s in first_look_improvement first_look_recipes first_look_fp8_rollout first_look_calibration; do \
+		$(PY) sweep.py +sweep=$$s $(ARGS) || exit 1; done
+	$(PY) scripts/first_look.py $(ARGS)
 
 .PHONY: noise-table
 noise-table: setup ## Log-ratio noise per precision recipe on the SFT base (the regime chart's x-axis)
-	$(PY) scripts/noise_table.py
+	for s in noise_table noise_table_fp8_rollout; do $(PY) sweep.py +sweep=$$s $(ARGS) || exit 1; done
+	$(PY) scripts/noise_table.py $(ARGS)
 
 .PHONY: sweep
 sweep: setup ## A run or grid from experiments/conf: make sweep ARGS="-m granularity=rowwise,blockwise seed=0,1"
@@ -75,6 +77,10 @@ regime: setup ## The regime study grid on every core (tiny-s; see make dry-run A
 regime-noise: setup ## The noise probe per precision recipe, for the regime study's x-axis
 	$(PY) sweep.py +sweep=regime_noise hydra/launcher=parallel
 
+.PHONY: regime-report
+regime-report: setup ## The regime study's tables and verdicts from the run store: make regime-report ARGS="--runs runs"
+	$(PY) scripts/regime_report.py $(ARGS)
+
 .PHONY: bench-numerics
 bench-numerics: setup ## Time fwd+bwd of a small transformer per precision recipe (markdown to stdout)
 	$(PY) benchmarks/bench_numerics.py
@@ -86,6 +92,10 @@ bench-loss: setup ## Time loss + diagnostics + calibration on a 256x4096-token b
 .PHONY: bench-trainer
 bench-trainer: setup ## Time the tiny RL step by phase per recipe, and the calibration overhead at K=20
 	$(PY) benchmarks/bench_trainer.py
+
+.PHONY: bench-scaled-mm
+bench-scaled-mm: setup ## CPU FP8 GEMM (torch._scaled_mm, TorchAO's path) vs dequantise + FP32 matmul
+	$(PY) benchmarks/bench_scaled_mm.py
 
 .PHONY: clean
 clean: ## Remove caches (keeps .venv and runs/)

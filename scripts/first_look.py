@@ -1,16 +1,30 @@
 """The tiny trainer's first look: does BF16 RL beat SFT, does every recipe run, does
-Calibrated Clipping bring FP8's clipping back to BF16's? Runs into the run store, then
-reports (finished runs are skipped, interrupted ones resumed, so re-running only reports).
+Calibrated Clipping bring FP8's clipping back to BF16's? Reports from the run store; the
+runs are sweeps run by ``sweep.py`` (``make first-look`` runs them, then this):
 
-    python scripts/first_look.py                    # everything
+    python sweep.py +sweep=first_look_improvement   # BF16, seeds 0-3
+    python sweep.py +sweep=first_look_recipes       # BF16, tensorwise, rowwise (seed 0)
+    python sweep.py +sweep=first_look_fp8_rollout   # BF16 training, FP8 tensor rollout
+    python sweep.py +sweep=first_look_calibration   # blockwise, standard vs calibrated
+
+    python scripts/first_look.py                    # every table
     python scripts/first_look.py --part improvement # BF16 RL vs the SFT base, by seed
     python scripts/first_look.py --part recipes     # one run per precision recipe
     python scripts/first_look.py --part calibration # the recipes' blockwise pair, checked
-    python scripts/first_look.py --report-only      # tables from what is in the store
+    python scripts/first_look.py runs_dir=/tmp/runs seed=0,1   # overrides, as sweep.py's
 
-The protocol (fixed before any FP8 run was looked at; docs/tiny_trainer.md):
+Any other argument is a Hydra override of the config tree, added to every sweep's own (the
+same overrides as the ``sweep.py`` commands that ran the runs: ``runs_dir=...``,
+``experiment_name=...``, ``model=tiny-test steps=2 ...``). The script composes the sweeps
+exactly as ``sweep.py`` does (``fp8rl.experiments.compose.expand_grid``), finds each point's
+run by its run id (``fp8rl.experiments.grid.plan_grid``) and reads the finished ones; it
+never trains. Points not finished yet are listed on stderr, and their tables left out
+(the improvement and recipes tables show the finished runs).
 
-- setup: ``TrainConfig`` defaults (tiny-s SFT base, GRPO eps 0.2/0.2, 16 prompts x 8
+The protocol (fixed before any FP8 run was looked at; docs/tiny_trainer.md;
+``sweeps/sweep/first_look/protocol.yaml``):
+
+- setup: ``RunConfig`` defaults (tiny-s SFT base, GRPO eps 0.2/0.2, 16 prompts x 8
   samples, 4 mini-batches, lr 1e-5, 60 steps), chosen on BF16 runs only, torch threads 1;
 - held-out metric: ``val-core/<family>/acc/mean@4`` — mean accuracy of 4 samples at
   temperature 1 (the paper's avg@k) over 100 held-out items per family, in the rollout
@@ -29,64 +43,68 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import shlex
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
-import torch
 from scipy import stats
-from tqdm import tqdm
 
+from fp8rl.config import RunConfig
+from fp8rl.experiments.compose import Composer, expand_grid
+from fp8rl.experiments.grid import GridPlan, GridPoint, plan_grid
+from fp8rl.experiments.schema import ConfigError
 from fp8rl.rl import summarize_shadow_steps
-from fp8rl.runs import RunStore, read_step_log
-from fp8rl.tiny.evaluate import EvalConfig
-from fp8rl.tiny.tasks import FAMILIES
-from fp8rl.tiny.train import TrainConfig, train
+from fp8rl.runs import read_step_log
 
-EVAL = EvalConfig(limit=100, k=4, greedy=False)
-METRIC = "acc/mean@4"
-#: every run: evaluate at step 0 (the SFT base) and at the last step
-COMMON: dict[str, Any] = dict(eval=EVAL, eval_every=TrainConfig.steps)
-BLOCKWISE: dict[str, Any] = dict(recipe="blockwise", block_size=4, rollout_weight_scale="block")
-#: the calibration check's runs: FP8 blockwise, BF16 shadow every 2nd step, K = 10
-K = 10
-CHECK: dict[str, Any] = dict(**BLOCKWISE, calib_period=K, shadow_every=2)
-
-RECIPES: dict[str, dict[str, Any]] = {
-    "BF16 / BF16": dict(recipe="bf16"),
-    "FP8 tensor rollout / BF16 training": dict(recipe="bf16", rollout_weight_scale="tensor"),
-    "tensor rollout / tensorwise": dict(recipe="tensorwise", rollout_weight_scale="tensor"),
-    "channel rollout / rowwise": dict(recipe="rowwise", rollout_weight_scale="channel"),
-    "block rollout / blockwise": dict(**CHECK),
-    "block rollout / blockwise, calibrated (K=10)": dict(**CHECK, clipping="calibrated"),
+#: the sweeps (sweeps/sweep/<name>.yaml) each part reads (tables sort runs by recipe)
+SWEEPS: dict[str, tuple[str, ...]] = {
+    "improvement": ("first_look_improvement",),
+    "recipes": ("first_look_recipes", "first_look_fp8_rollout", "first_look_calibration"),
+    "calibration": ("first_look_calibration",),
 }
-
-#: the calibration check at the default settings: (eps, seeds); its runs are the recipes'
-#: blockwise runs. The check across trust regions, granularities and old-log-prob sources
-#: is the regime study (docs/regime.md).
-CALIB_CASES: tuple[tuple[float, tuple[int, ...]], ...] = ((0.2, (0,)),)
+TRAINING_ORDER = ("bf16", "tensorwise", "rowwise", "blockwise")
 
 
-def calib_name(eps: float, clipping: str, seed: int) -> str:
-    return f"calib eps {eps} {clipping} seed {seed}"
+def metric(cfg: RunConfig) -> str:
+    """The held-out metric of the protocol: ``acc/mean@<k>``."""
+    return f"acc/mean@{cfg.eval.k}"
 
 
-def configs(part: str, seeds: int) -> list[tuple[str, TrainConfig]]:
-    out = []
-    if part in ("improvement", "all"):
-        out += [(f"bf16 seed {s}", TrainConfig(seed=s, **COMMON)) for s in range(seeds)]
-    if part in ("recipes", "all"):  # BF16 last: it is the improvement part's seed 0
-        out += [(n, TrainConfig(**COMMON, **kw)) for n, kw in RECIPES.items() if n != "BF16 / BF16"]
-        out.append(("BF16 / BF16", TrainConfig(**COMMON, **RECIPES["BF16 / BF16"])))
-    if part in ("calibration", "all"):
-        for eps, case_seeds in CALIB_CASES:
-            for clipping in ("standard", "calibrated"):
-                for s in case_seeds:
-                    # GRPO's default 0.2 left implicit: the same runs as the recipes' blockwise
-                    eps_kw = {} if eps == 0.2 else dict(eps_low=eps, eps_high=eps)
-                    cfg = TrainConfig(**COMMON, **CHECK, **eps_kw, clipping=clipping, seed=s)
-                    out.append((calib_name(eps, clipping, s), cfg))
-    return out
+def recipe_label(cfg: RunConfig) -> str:
+    """``tensor rollout / tensorwise``, ``FP8 tensor rollout / BF16 training``, ...,
+    with ``, calibrated (K=10)`` for Calibrated Clipping."""
+    g = cfg.granularity
+    if g.training == "bf16":
+        label = "BF16 / BF16" if g.rollout is None else f"FP8 {g.rollout} rollout / BF16 training"
+    else:
+        label = f"{g.rollout or 'BF16'} rollout / {g.training}"
+    if g.lm_head:
+        label += ", FP8 LM head"
+    if cfg.clipping.mode == "calibrated":
+        label += f", calibrated (K={cfg.clipping.period})"
+    return label
+
+
+def recipe_order(cfg: RunConfig) -> tuple:
+    g = cfg.granularity
+    rank = TRAINING_ORDER.index(g.training) if g.training in TRAINING_ORDER else len(TRAINING_ORDER)
+    return (rank, g.rollout is not None, g.lm_head, cfg.clipping.mode != "standard", cfg.seed)
+
+
+def plan_sweep(sweep: str, overrides: list[str], compose: Composer) -> GridPlan:
+    """The points of ``sweep.py +sweep=<sweep> <overrides>`` with their runs in the store."""
+    args = [f"+sweep={sweep}", *overrides]
+    return plan_grid([(p, compose(p)) for p in expand_grid(args, compose)])
+
+
+def finished(plan: GridPlan, sweep: str, overrides: list[str]) -> list[GridPoint]:
+    """The points whose run is done (one per run), noting the others on stderr."""
+    note = plan.missing_note(shlex.join(["python", "sweep.py", f"+sweep={sweep}", *overrides]))
+    if note:
+        print(f"{sweep}: {note}", file=sys.stderr)
+    return plan.done_and_missing()[0]
 
 
 def read(path: Path, name: str) -> list[dict[str, Any]]:
@@ -102,13 +120,14 @@ def t_interval(values: list[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
-def report_improvement(paths: list[Path]) -> None:
-    print(f"\n### BF16 RL vs the SFT base ({len(paths)} seeds, {METRIC}, T=1)\n")
+def report_improvement(paths: list[Path], cfg: RunConfig) -> None:
+    m = metric(cfg)
+    print(f"\n### BF16 RL vs the SFT base ({len(paths)} seeds, {m}, T={cfg.eval.temperature:g})\n")
     print("| family | SFT base | after RL (mean over seeds) | improvement | 95% CI |")
     print("|---|---|---|---|---|")
     evals = [read(p, "eval.jsonl") for p in paths]
-    for family in (*FAMILIES, "all"):
-        key = f"val-core/{family}/{METRIC}"
+    for family in (*(cfg.eval.families or ()), "all"):
+        key = f"val-core/{family}/{m}"
         first = [ev[0][key] for ev in evals]
         last = [ev[-1][key] for ev in evals]
         mean, lo, hi = t_interval([b - a for a, b in zip(first, last, strict=True)])
@@ -118,8 +137,9 @@ def report_improvement(paths: list[Path]) -> None:
         )
 
 
-def report_recipes(named: list[tuple[str, Path]]) -> None:
-    print(f"\n### One run per recipe (seed 0, {METRIC}, T=1)\n")
+def report_recipes(named: list[tuple[str, Path]], cfg: RunConfig) -> None:
+    m = metric(cfg)
+    print(f"\n### One run per recipe (seed {cfg.seed}, {m}, T={cfg.eval.temperature:g})\n")
     print(
         "| run | base | final | mean reward | reward, last 10 | entropy first -> last | "
         "well-formed, last 10 | repeat 4-gram, last 10 | clipfrac low A<0 | "
@@ -136,8 +156,8 @@ def report_recipes(named: list[tuple[str, Path]]) -> None:
             return statistics.fmean(vals) if vals else math.nan
 
         print(
-            f"| {name} | {ev[0][f'val-core/all/{METRIC}']:.3f} | "
-            f"{ev[-1][f'val-core/all/{METRIC}']:.3f} | {mean('critic/score/mean'):.3f} | "
+            f"| {name} | {ev[0][f'val-core/all/{m}']:.3f} | "
+            f"{ev[-1][f'val-core/all/{m}']:.3f} | {mean('critic/score/mean'):.3f} | "
             f"{mean('critic/score/mean', last):.3f} | {ms[0]['actor/entropy']:.3f} -> "
             f"{ms[-1]['actor/entropy']:.3f} | {mean('fp8rl/well_formed_frac', last):.3f} | "
             f"{mean('fp8rl/repeat_4gram_frac', last):.3f} | "
@@ -148,12 +168,16 @@ def report_recipes(named: list[tuple[str, Path]]) -> None:
         )
 
 
-def post_calibration_gaps(path: Path) -> dict[str, float]:
-    """The shadow comparison of a run on the steps after a calibration (K)."""
-    return summarize_shadow_steps(read(path, "metrics.jsonl"), K)
+def post_calibration_gaps(path: Path, period: int) -> dict[str, float]:
+    """The shadow comparison of a run on the steps after a calibration (K = ``period``)."""
+    return summarize_shadow_steps(read(path, "metrics.jsonl"), period)
 
 
-def report_calibration(named: dict[str, Path]) -> None:
+#: one calibration case: (eps, seed, K, {"standard": run path, "calibrated": run path})
+CalibCase = tuple[float, int, int, dict[str, Path]]
+
+
+def report_calibration(cases: list[CalibCase]) -> None:
     print("\n### Calibrated Clipping check (blockwise FP8, steps after a calibration)\n")
     print(
         "| eps | seed | clipping | active L (mean) | FP8 clip share A<0 | BF16 shadow share "
@@ -161,68 +185,78 @@ def report_calibration(named: dict[str, Path]) -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|")
     verdicts = []
-    for eps, case_seeds in CALIB_CASES:
-        for s in case_seeds:
-            g = {}
-            for clipping in ("standard", "calibrated"):
-                g[clipping] = post_calibration_gaps(named[calib_name(eps, clipping, s)])
-                x = g[clipping]
-                print(
-                    f"| {eps} | {s} | {clipping} | {x['post_clip_low']:.4f} | "
-                    f"{x['post_fp8']:.4f} | {x['post_bf16']:.4f} | {x['post_abs_gap']:.4f} | "
-                    f"{x['post_high_abs_gap']:.4f} | {x['post_steps']:.0f} |"
-                )
-            verdicts.append(
-                f"eps {eps} seed {s}: calibrated |gap| {g['calibrated']['post_abs_gap']:.4f} vs "
-                f"standard {g['standard']['post_abs_gap']:.4f} -> "
-                + (
-                    "closer"
-                    if g["calibrated"]["post_abs_gap"] < g["standard"]["post_abs_gap"]
-                    else "NOT closer"
-                )
+    for eps, s, period, paths in cases:
+        g = {}
+        for clipping in ("standard", "calibrated"):
+            g[clipping] = post_calibration_gaps(paths[clipping], period)
+            x = g[clipping]
+            print(
+                f"| {eps} | {s} | {clipping} | {x['post_clip_low']:.4f} | "
+                f"{x['post_fp8']:.4f} | {x['post_bf16']:.4f} | {x['post_abs_gap']:.4f} | "
+                f"{x['post_high_abs_gap']:.4f} | {x['post_steps']:.0f} |"
             )
+        verdicts.append(
+            f"eps {eps} seed {s}: calibrated |gap| {g['calibrated']['post_abs_gap']:.4f} vs "
+            f"standard {g['standard']['post_abs_gap']:.4f} -> "
+            + (
+                "closer"
+                if g["calibrated"]["post_abs_gap"] < g["standard"]["post_abs_gap"]
+                else "NOT closer"
+            )
+        )
     print("\n" + "\n".join(f"- {v}" for v in verdicts))
 
 
+def calibration_cases(points: list[GridPoint]) -> list[CalibCase]:
+    """The finished (standard, calibrated) pairs of the calibration sweep, by (eps, seed);
+    K is the calibrated run's (the standard run's period is not part of its config)."""
+    pairs: dict[tuple[float, int], dict[str, GridPoint]] = {}
+    for p in points:
+        cfg = p.resolved.config
+        pairs.setdefault((cfg.algorithm.eps_low, cfg.seed), {})[cfg.clipping.mode] = p
+    cases = []
+    for (eps, seed), pair in sorted(pairs.items()):
+        if set(pair) >= {"standard", "calibrated"}:
+            period = pair["calibrated"].resolved.config.clipping.period
+            paths = {mode: pair[mode].path for mode in ("standard", "calibrated")}
+            cases.append((eps, seed, period, paths))
+    return cases
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", default="runs")
-    ap.add_argument("--experiment", default="first_look")
+    ap = argparse.ArgumentParser(
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="overrides: Hydra overrides of experiments/conf, as given to sweep.py",
+    )
     ap.add_argument(
         "--part", choices=("all", "improvement", "recipes", "calibration"), default="all"
     )
-    ap.add_argument("--seeds", type=int, default=4, help="BF16 seeds for the improvement")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (numbers depend on it)")
-    ap.add_argument("--cache", default=None)
-    ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("overrides", nargs="*", help="e.g. runs_dir=/tmp/runs model=tiny-test")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    torch.set_num_threads(args.threads)
-    store = RunStore(args.runs)
-    paths: dict[str, Path] = {}
-    todo = configs(args.part, args.seeds)
-    for name, cfg in tqdm(todo, desc="first look", unit="run", disable=args.report_only):
-        if args.report_only:
-            path = store.run_dir(args.experiment, store.run_id(cfg.to_dict()))
-            if not (path / "status.json").exists():
-                continue
-        else:
-            summary = train(cfg, store, args.experiment, cache_dir=args.cache)
-            if summary.status != "done":
-                raise SystemExit(f"{name}: run {summary.run_id} ended {summary.status}")
-            path = summary.path
-        paths[name] = path
-    seeds = [paths[n] for n in paths if n.startswith("bf16 seed")]
-    if seeds:
-        report_improvement(seeds)
-    recipes = [(n, paths[n]) for n in RECIPES if n in paths]
-    if recipes:
-        report_recipes(recipes)
-    wanted = [
-        calib_name(e, c, s) for e, ss in CALIB_CASES for c in ("standard", "calibrated") for s in ss
-    ]
-    if all(n in paths for n in wanted):
-        report_calibration(paths)
+    parts = [p for p in SWEEPS if args.part in ("all", p)]
+    done: dict[str, list[GridPoint]] = {}
+    try:
+        with Composer() as compose:
+            for sweep in dict.fromkeys(s for p in parts for s in SWEEPS[p]):
+                plan = plan_sweep(sweep, args.overrides, compose)
+                done[sweep] = finished(plan, sweep, args.overrides)
+    except ConfigError as exc:
+        sys.exit(f"config error: {exc}")
+    if "improvement" in parts and done["first_look_improvement"]:
+        seeds = sorted(done["first_look_improvement"], key=lambda p: p.resolved.config.seed)
+        report_improvement([p.path for p in seeds], seeds[0].resolved.config)
+    if "recipes" in parts:
+        runs = {p.run_id: p for s in SWEEPS["recipes"] for p in done[s]}
+        ordered = sorted(runs.values(), key=lambda p: recipe_order(p.resolved.config))
+        if ordered:
+            named = [(recipe_label(p.resolved.config), p.path) for p in ordered]
+            report_recipes(named, ordered[0].resolved.config)
+    if "calibration" in parts:
+        cases = calibration_cases(done["first_look_calibration"])
+        if cases:
+            report_calibration(cases)
 
 
 if __name__ == "__main__":

@@ -19,32 +19,32 @@ calibrated runs' post-calibration mean |gap| is below the standard runs' for bot
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 from pathlib import Path
 
-import yaml
-
 from fp8rl.rl import summarize_shadow_steps
-from fp8rl.runs import read_step_log
+from fp8rl.runs import RunStatus, RunStore, read_step_log
 
 
 def load(root: Path, period: int) -> dict[tuple, dict[str, float]]:
     """(eps, recipe, source, clipping, seed) -> ``summarize_shadow_steps`` of each finished
-    run."""
+    run. The key's values are the run config's (``fp8rl.config.RunConfig``):
+    ``algorithm.eps_low``, ``granularity.training``, ``train.old_logprob_source``,
+    ``clipping.mode``, ``seed``; runs of another results version are left out."""
     out = {}
-    for run in sorted(p for p in root.iterdir() if (p / "status.json").exists()):
-        if json.loads((run / "status.json").read_text())["status"] != "done":
+    store = RunStore(root.parent)
+    for info in store.list_runs(root.name):
+        if info.status is not RunStatus.DONE or info.stale:
             continue
-        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        cfg = info.config
         key = (
-            cfg["eps_low"],
-            cfg["recipe"],
-            cfg["old_logprob_source"],
-            cfg["clipping"],
+            cfg["algorithm"]["eps_low"],
+            cfg["granularity"]["training"],
+            cfg["train"]["old_logprob_source"],
+            cfg["clipping"]["mode"],
             cfg["seed"],
         )
-        rows = read_step_log(run / "metrics.jsonl").to_rows()
+        rows = read_step_log(info.path / "metrics.jsonl").to_rows()
         out[key] = summarize_shadow_steps(rows, period)
     return out
 
