@@ -4,7 +4,7 @@ and estimate its cost."""
 
 from __future__ import annotations
 
-import logging
+import functools
 from pathlib import Path
 
 from fp8rl.config import RunConfig
@@ -15,8 +15,6 @@ from fp8rl.tiny.sft import base_model_key, default_cache_dir
 from fp8rl.tiny.train import StepHook, train
 
 __all__ = ["DEFAULT_STEP_S", "TinyBackend", "TinyCost"]
-
-log = logging.getLogger(__name__)
 
 #: Seconds per RL step, BF16 rollout and training, 8 prompts x 4 samples x 64 new tokens,
 #: 2 threads (tiny-s measured: docs/tiny_trainer.md "Speed"; the others scaled by size).
@@ -37,15 +35,25 @@ class TinyCost:
     overhead_s = RUN_OVERHEAD_S
 
     def __init__(self, cfg: RunConfig, cache_dir: str | Path | None) -> None:
-        self.cfg = cfg
+        self.cfg, self.cache_dir = cfg, cache_dir
         r = cfg.rollout
         self.key = (cfg.model.preset, cfg.granularity.training, cfg.granularity.rollout,
                     r.prompts_per_step, r.n_samples, r.max_new_tokens)  # fmt: skip
-        self.setup_key = base_model_key(sft_config(cfg))  # the SFT base, built once
-        cache = Path(cache_dir) if cache_dir else default_cache_dir()
-        self.setup_done = (cache / self.setup_key / "config.json").is_file()
-        sft = cfg.model.sft
-        self.setup_s = sft.steps * sft.batch_size * SFT_S_PER_EXAMPLE.get(cfg.model.preset, 0.03)
+
+    @functools.cached_property
+    def setup_key(self) -> str:
+        """The SFT base model the run needs (built once, cached by this key)."""
+        return base_model_key(sft_config(self.cfg))
+
+    @property
+    def setup_done(self) -> bool:
+        cache = Path(self.cache_dir) if self.cache_dir else default_cache_dir()
+        return (cache / self.setup_key / "config.json").is_file()
+
+    @property
+    def setup_s(self) -> float:
+        sft = self.cfg.model.sft
+        return sft.steps * sft.batch_size * SFT_S_PER_EXAMPLE.get(self.cfg.model.preset, 0.03)
 
     def default_step_s(self) -> float:
         """Without a measured run: the preset's BF16 step, scaled by the batch's tokens and

@@ -96,11 +96,9 @@ def unused_settings(cfg: RunConfig) -> dict[str, str]:
 
 def resolve_reporting_unused(cfg: RunConfig) -> tuple[RunConfig, dict[str, str]]:
     """(:func:`resolve_config`, :func:`unused_settings`) in one pass."""
-    validate(cfg)
-    block = mimic_block_size(cfg.model.preset)
-    resolved, unused = resolve(cfg, default_block_size=block, families=FAMILIES)
-    validate(resolved)
-    return resolved, unused
+    validate(cfg)  # first: mimic_block_size needs a known preset
+    block = mimic_block_size(cfg.model.preset)  # divides every width by construction
+    return resolve(cfg, default_block_size=block, families=FAMILIES)
 
 
 def sft_config(cfg: RunConfig) -> SFTConfig:

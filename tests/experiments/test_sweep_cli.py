@@ -315,7 +315,7 @@ def test_an_optuna_search_through_sweep_py(tmp_path, cache) -> None:
         info = store.run_info("search_cli", trial.user_attrs["run_id"])
         assert info.status == "pruned"
         config = (info.path / "config.yaml").read_text()
-        assert "recipe: blockwise" in config and "preset: tiny-test" in config
+        assert "  training: blockwise" in config and "preset: tiny-test" in config
     # the same command again: the study is complete, nothing is re-run
     again = sweep(tmp_path, *args)
     assert (
