@@ -324,7 +324,10 @@ class CalibratorConfig:
         low, high = self.initial_bounds()
         check_bounds(low, high)
         if not (self.low_min <= low <= self.low_max and self.high_min <= high <= self.high_max):
-            raise ValueError(f"initial bounds {(low, high)} lie outside the hard limits")
+            raise ValueError(
+                f"initial bounds {(low, high)} lie outside the hard limits: need L in "
+                f"[{self.low_min}, {self.low_max}] and H in [{self.high_min}, {self.high_max}]"
+            )
 
     def initial_bounds(self) -> tuple[float, float]:
         """``(init_low, init_high)`` with the standard bounds filled in."""

@@ -5,6 +5,7 @@ data and dotted-key overrides."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 
 import pytest
@@ -145,3 +146,53 @@ def test_the_config_room_imports_only_numerics_and_rl() -> None:
                 assert name.startswith(("fp8rl.config", "fp8rl.numerics", "fp8rl.rl")), (
                     f"{file.name} imports {name}"
                 )
+
+
+def _outside(rng: Range, integer: bool) -> list[float]:
+    """Values just outside each declared side of ``rng``."""
+    step = 1 if integer else 0.5
+    out = []
+    if rng.ge is not None:
+        out.append(rng.ge - step)
+    if rng.gt is not None:
+        out.append(rng.gt)
+    if rng.le is not None:
+        out.append(rng.le + step)
+    if rng.lt is not None:
+        out.append(rng.lt)
+    return [int(v) if integer else float(v) for v in out]
+
+
+def _boundary_cases() -> list[tuple[str, float]]:
+    cases = []
+    for key, f in leaf_fields().items():
+        if "range" in f.metadata:
+            integer = str(f.type).startswith(("int", "list[int]"))
+            for value in _outside(f.metadata["range"], integer):
+                cases.append((key, [value] if f.metadata.get("list") else value))
+    return cases
+
+
+def test_every_declared_range_is_enforced_naming_the_key() -> None:
+    """Every side of every declared range, just outside it: refused naming the key."""
+    cases = _boundary_cases()
+    assert len(cases) > 50
+    for key, value in cases:
+        with pytest.raises(ConfigError) as err:
+            override(RunConfig(), {key: value})
+        assert f"{key}=" in str(err.value) and "out of range" in str(err.value), key
+
+
+def test_out_of_range_values_are_refused_through_the_tree_before_compute() -> None:
+    """A seeded sample of the same cases as command-line overrides of the Hydra tree."""
+    import random
+
+    from fp8rl.experiments.backends import resolve_run
+    from fp8rl.experiments.compose import Composer
+
+    cases = random.Random(0).sample(_boundary_cases(), 8)
+    with Composer() as compose:
+        for key, value in cases:
+            text = f"[{value[0]}]" if isinstance(value, list) else str(value)
+            with pytest.raises(ConfigError, match=rf"{re.escape(key)}=.*out of range"):
+                resolve_run(compose([f"{key}={text}"]))
