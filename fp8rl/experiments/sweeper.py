@@ -35,7 +35,7 @@ from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
-from hydra.errors import HydraException
+from hydra.errors import CompactHydraException, HydraException
 from hydra.plugins.launcher import Launcher
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
@@ -87,6 +87,10 @@ def launcher_workers(config: DictConfig) -> int:
                 return max(1, (len(os.sched_getaffinity(0)) + 1 + value))
             return max(1, value)
     return 1
+
+
+class GridConfigError(CompactHydraException):
+    """A grid that cannot run: Hydra prints the message alone (no traceback) and exits 1."""
 
 
 class GridSweeper(Sweeper):
@@ -185,7 +189,10 @@ class GridSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None
         self.started_at = time.time()
-        plan = self.plan = self.plan_jobs(arguments)
+        try:
+            plan = self.plan = self.plan_jobs(arguments)
+        except ConfigError as exc:  # Hydra prints a CompactHydraException as its message only
+            raise GridConfigError(f"config error: {exc}") from None
         workers = launcher_workers(self.config)
         log.info("\n%s", to_text(plan_table(plan, workers=workers)))
 

@@ -192,6 +192,7 @@ def test_a_bad_point_stops_the_grid_before_any_run(tmp_path: Path, cache: Path) 
     assert out.returncode == 1
     assert "1 of 2 grid points cannot run; nothing was started" in out.stderr
     assert "clipping.smoothing=1.5 is out of range" in out.stderr
+    assert "Traceback" not in out.stderr  # the message alone (a CompactHydraException)
     assert not root.exists()
 
 
