@@ -263,8 +263,10 @@ def plan_table(plan: GridPlan, *, workers: int = 1) -> Table:
     estimated cost; the title totals it."""
     counts = ", ".join(f"{n} {a}" for a, n in sorted(plan.counts().items()))
     workers = max(1, min(workers, sum(p.runs for p in plan.points)))
-    build = (
-        f" + {format_seconds(plan.base_build_s)} to build base models" if plan.base_build_s else ""
+    build = (  # part of total_s, named so the reader sees the one-time set-up
+        f" (of which {format_seconds(plan.base_build_s)} to build base models)"
+        if plan.base_build_s
+        else ""
     )
     title = (
         f"{len(plan.points)} grid points ({counts}); estimated "
