@@ -10,18 +10,22 @@
 * :mod:`.stats` — amax, scales, saturation and underflow, per layer.
 """
 
-from fp8rl.numerics.bf16 import emulate_bf16, round_bf16
-from fp8rl.numerics.formats import Fp8Format, cast_to_fp8, format_info, round_to_fp8
-from fp8rl.numerics.recipes import RECIPE_NAMES, Fp8Recipe, OperandSpec, get_recipe
-from fp8rl.numerics.rollout import (
+from fp8rl.numerics import _quiet
+
+_quiet.install()  # before torchao is imported below: its CUDA-only kernels cannot load on CPU
+
+from fp8rl.numerics.bf16 import emulate_bf16, round_bf16  # noqa: E402
+from fp8rl.numerics.formats import Fp8Format, cast_to_fp8, format_info, round_to_fp8  # noqa: E402
+from fp8rl.numerics.recipes import RECIPE_NAMES, Fp8Recipe, OperandSpec, get_recipe  # noqa: E402
+from fp8rl.numerics.rollout import (  # noqa: E402
     RolloutQuantConfig,
     make_rollout_model,
     quantize_rollout_weight,
     sync_rollout_weights,
 )
-from fp8rl.numerics.scaling import QuantizedTensor, dequantize, fake_quantize, quantize
-from fp8rl.numerics.stats import fp8_tensor_stats, record_activation_stats, weight_fp8_stats
-from fp8rl.numerics.training import apply_fp8_training, fp8_linear_names, high_precision
+from fp8rl.numerics.scaling import QuantizedTensor, dequantize, fake_quantize, quantize  # noqa: E402
+from fp8rl.numerics.stats import fp8_tensor_stats, record_activation_stats, weight_fp8_stats  # noqa: E402
+from fp8rl.numerics.training import apply_fp8_training, fp8_linear_names, high_precision  # noqa: E402
 
 __all__ = [
     "RECIPE_NAMES",

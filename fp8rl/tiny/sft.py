@@ -188,7 +188,7 @@ def load_base_model(path: str | Path) -> BaseModel:
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"no base model at {path} (config.json missing)")
-    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(path)
     info_file = path / INFO_FILE
     info = json.loads(info_file.read_text()) if info_file.is_file() else {}

@@ -1,0 +1,27 @@
+"""Importing the numerics on CPU prints none of the pinned stack's import-time noise (torchao's
+CUDA-only kernel libraries, torch's pytree deprecation notice), and nothing else is hidden."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from room_rules import REPO
+
+CODE = """
+import logging
+import fp8rl.numerics  # imports torchao
+logging.getLogger("torchao").warning("Failed to load something else: kept")
+logging.getLogger("torch.utils._pytree").warning("another pytree warning: kept")
+"""
+
+
+def test_import_noise_is_filtered_and_other_warnings_are_kept() -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", CODE], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "_C_mxfp8" not in out.stderr and "_C_cutlass" not in out.stderr
+    assert "register_constant()" not in out.stderr
+    assert "Failed to load something else: kept" in out.stderr
+    assert "another pytree warning: kept" in out.stderr
