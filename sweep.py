@@ -34,7 +34,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 
 from fp8rl.experiments.backends import resolve_run
-from fp8rl.experiments.compose import Composer, expand_grid, fixed_overrides
+from fp8rl.experiments.compose import Composer, compose_grid, fixed_overrides
 from fp8rl.experiments.dispatch import run_one
 from fp8rl.experiments.grid import plan_grid
 from fp8rl.experiments.progress import grid_report, plan_table, report_table
@@ -108,7 +108,7 @@ def parse_args(argv: Sequence[str]) -> HarnessArgs:
 def _plan(overrides: list[str]):
     """(composed primary config with its hydra node, the grid's plan)."""
     with Composer() as compose:
-        points = [(p, compose(p)) for p in expand_grid(overrides, compose)]
+        points = compose_grid(overrides, compose)
         primary = compose(fixed_overrides(overrides), return_hydra_config=True)
     return primary, plan_grid(points)
 

@@ -52,7 +52,7 @@ from typing import Any
 from scipy import stats
 
 from fp8rl.config import RunConfig
-from fp8rl.experiments.compose import Composer, expand_grid
+from fp8rl.experiments.compose import Composer, compose_grid
 from fp8rl.experiments.grid import GridPlan, GridPoint, plan_grid
 from fp8rl.experiments.schema import ConfigError
 from fp8rl.rl import summarize_shadow_steps
@@ -96,7 +96,7 @@ def recipe_order(cfg: RunConfig) -> tuple:
 def plan_sweep(sweep: str, overrides: list[str], compose: Composer) -> GridPlan:
     """The points of ``sweep.py +sweep=<sweep> <overrides>`` with their runs in the store."""
     args = [f"+sweep={sweep}", *overrides]
-    return plan_grid([(p, compose(p)) for p in expand_grid(args, compose)])
+    return plan_grid(compose_grid(args, compose))
 
 
 def finished(plan: GridPlan, sweep: str, overrides: list[str]) -> list[GridPoint]:

@@ -29,7 +29,7 @@ import shlex
 import sys
 
 from fp8rl.config import RunConfig
-from fp8rl.experiments.compose import Composer, expand_grid
+from fp8rl.experiments.compose import Composer, compose_grid
 from fp8rl.experiments.grid import GridPoint, plan_grid
 from fp8rl.experiments.schema import ConfigError
 from fp8rl.runs import read_step_log
@@ -74,7 +74,7 @@ def finished_probes(overrides: list[str]) -> list[GridPoint]:
     with Composer() as compose:
         for sweep in SWEEPS:
             args = [f"+sweep={sweep}", *overrides]
-            plan = plan_grid([(p, compose(p)) for p in expand_grid(args, compose)])
+            plan = plan_grid(compose_grid(args, compose))
             found.update((p.run_id, p) for p in plan.done_and_missing()[0])
             note = plan.missing_note(shlex.join(["python", "sweep.py", *args]))
             if note:

@@ -324,6 +324,11 @@ class RunConfig:
     # ---- what the rooms below need, derived from the config in one place
 
     @property
+    def kl_reference_recipe(self) -> str | None:
+        """The KL reference's own recipe setting (None: no KL term, or the training one)."""
+        return self.algorithm.ref_recipe if self.algorithm.kl_coef > 0 else None
+
+    @property
     def nominal_bounds(self) -> tuple[float, float]:
         """The trust region ``(1 - eps_low, 1 + eps_high)`` (BF16's bounds)."""
         return 1.0 - self.algorithm.eps_low, 1.0 + self.algorithm.eps_high
@@ -352,11 +357,12 @@ class RunConfig:
         g = self.granularity
         if g.rollout is None:
             return None
+        block = {} if g.block_size is None else {"block_size": g.block_size}  # else its default
         return RolloutQuantConfig(
             weight_scale=g.rollout,  # type: ignore[arg-type]
             activation_scale=g.rollout_activation,  # type: ignore[arg-type]
-            block_size=g.block_size or 128,
             include_lm_head=g.lm_head,
+            **block,
         )
 
     def correction(self) -> MismatchCorrection:
@@ -492,16 +498,15 @@ def resolve(
     changes: dict[str, Any] = {}
     unused: dict[str, str] = {}
     default = RunConfig()
-    flat = {k: _get(cfg, k) for k in leaf_fields()}
 
     def reset(key: str, why: str) -> None:
-        value = _get(default, key)
-        if flat[key] != value and flat[key] is not None:
+        value, given = _get(default, key), _get(cfg, key)
+        if given != value and given is not None:
             unused[key] = why
         changes[key] = value
 
     g, a = cfg.granularity, cfg.algorithm
-    ref = a.ref_recipe if a.kl_coef > 0 else None
+    ref = cfg.kl_reference_recipe
     if g.uses_blocks(ref):
         if g.block_size is None:
             changes["granularity.block_size"] = default_block_size
@@ -514,9 +519,9 @@ def resolve(
         reset("train.tis_threshold", "TIS is off")
     changes["algorithm.overlong_buffer_len"] = cfg.overlong_buffer or 0
     if cfg.clipping.mode == "standard":
-        for knob in ("period", "smoothing", "upper_rule", "lower_only", "calibrate_at_start"):
+        calibration = ("period", "smoothing", "upper_rule", "lower_only")
+        for knob in (*calibration, "calibrate_at_start", "max_step"):
             reset(f"clipping.{knob}", "clipping.mode=standard does not calibrate")
-        reset("clipping.max_step", "clipping.mode=standard does not calibrate")
     if not a.kl_coef:
         reset("algorithm.kl_type", "algorithm.kl_coef=0 (no KL term)")
         reset("algorithm.ref_recipe", "algorithm.kl_coef=0 (no KL term)")

@@ -34,6 +34,7 @@ __all__ = [
     "SWEEPS_DIR",
     "Composer",
     "compose",
+    "compose_grid",
     "compose_run_config",
     "error_message",
     "expand_grid",
@@ -186,3 +187,11 @@ def expand_grid(
         return grid_points(parsed)
     except HydraException as exc:
         raise ConfigError(error_message(exc)) from None
+
+
+def compose_grid(
+    overrides: list[str] | tuple[str, ...], composer: Composer
+) -> list[tuple[list[str], DictConfig]]:
+    """Every point of the grid ``sweep.py -m <overrides>`` would launch with its composed
+    config, ``[(point overrides, cfg), ...]``: what ``plan_grid`` takes."""
+    return [(p, composer(p)) for p in expand_grid(overrides, composer)]

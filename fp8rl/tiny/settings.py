@@ -68,8 +68,8 @@ def validate(cfg: RunConfig) -> None:
 
 
 def _check_block_size(cfg: RunConfig) -> None:
-    g, a = cfg.granularity, cfg.algorithm
-    if g.block_size is None or not g.uses_blocks(a.ref_recipe if a.kl_coef else None):
+    g = cfg.granularity
+    if g.block_size is None or not g.uses_blocks(cfg.kl_reference_recipe):
         return
     widths = dict(get_preset(cfg.model.preset).linear_widths())
     if g.lm_head:
@@ -125,7 +125,6 @@ def max_seq_len(cfg: RunConfig) -> int:
 
 def recipe_kwargs(cfg: RunConfig) -> dict[str, Any]:
     """``get_recipe`` options of the run (block size, LM-head quantisation)."""
-    return {
-        "block_size": cfg.granularity.block_size or 128,
-        "include_lm_head": cfg.granularity.lm_head,
-    }
+    g = cfg.granularity
+    block = {} if g.block_size is None else {"block_size": g.block_size}  # else get_recipe's
+    return {**block, "include_lm_head": g.lm_head}

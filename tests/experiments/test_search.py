@@ -341,9 +341,7 @@ def test_bad_specs_fail_with_a_clear_message(changes, message) -> None:
 def test_specs_that_cannot_compose_or_evaluate_fail_before_any_compute(tmp_path) -> None:
     store = RunStore(tmp_path / "runs")
     typo = spec(overrides=["clipping=calibrated", "clipping.perod=1"])
-    with pytest.raises(
-        SearchSpecError, match=r"do not compose.*unknown setting 'clipping.perod'"
-    ):
+    with pytest.raises(SearchSpecError, match=r"do not compose.*unknown setting 'clipping.perod'"):
         run_search(typo, compose, store, train_fn=never_train)
     no_eval = spec(objective={"name": "final_accuracy"}, overrides=["clipping=calibrated"])
     with pytest.raises(SearchSpecError, match=r"never evaluates \(eval.every=0\)"):
