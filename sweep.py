@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,13 +31,16 @@ from typing import NoReturn
 
 import hydra
 import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.console import Console
 
 from fp8rl.experiments.backends import resolve_run
-from fp8rl.experiments.compose import Composer, compose_grid, fixed_overrides
+from fp8rl.experiments.compose import Composer
 from fp8rl.experiments.dispatch import run_one
-from fp8rl.experiments.grid import plan_grid
+from fp8rl.experiments.grid import one_line
+from fp8rl.experiments.preflight import check_runs_dir, preflight
 from fp8rl.experiments.progress import grid_report, plan_table, report_table
 from fp8rl.experiments.schema import ConfigError, register_configs
 from fp8rl.experiments.search import SearchSpecError, load_search_spec, run_search
@@ -47,7 +51,30 @@ register_configs()  # the schemas and hydra/sweeper=grid, before Hydra composes 
 log = logging.getLogger("sweep")
 
 #: sweep.py's own flags (:func:`parse_args`), read before Hydra, which never sees them.
-_FLAGS = ("--search", "--n-trials", "--status", "--dry-run")
+_FLAGS = ("--search", "--n-trials", "--status", "--dry-run", "--debug")
+#: Hydra's flags that change what it does (help, printing the config, another config
+#: root): with them, sweep.py hands the command line to Hydra unchecked.
+_HYDRA_INFO_FLAGS = (
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--cfg",
+    "-c",
+    "--info",
+    "-i",
+    "--shell-completion",
+    "-sc",
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "--config-dir",
+    "-cd",
+    "--experimental-rerun",
+    "--resolve",
+    "--package",
+    "-p",
+)
 _SPEC_EXAMPLE = "sweeps/hparams_search/calibration.yaml"
 
 
@@ -61,6 +88,7 @@ class HarnessArgs:
     n_trials: int | None = None
     offline: str | None = None
     rest: tuple[str, ...] = ()
+    debug: bool = False
 
 
 class _Parser(argparse.ArgumentParser):
@@ -99,31 +127,32 @@ def parse_args(argv: Sequence[str]) -> HarnessArgs:
     mode.add_argument("--status", dest="offline", action="store_const", const="--status")
     mode.add_argument("--dry-run", dest="offline", action="store_const", const="--dry-run")
     parser.add_argument("--n-trials", type=_n_trials, metavar="N")
+    parser.add_argument("--debug", action="store_true")
     known, rest = parser.parse_known_args(list(argv))
     if known.n_trials is not None and known.search is None:
         parser.error("--n-trials needs --search SPEC")
-    return HarnessArgs(known.search, known.n_trials, known.offline, tuple(rest))
+    return HarnessArgs(known.search, known.n_trials, known.offline, tuple(rest), known.debug)
 
 
-def _plan(overrides: list[str]):
-    """(composed primary config with its hydra node, the grid's plan)."""
-    with Composer() as compose:
-        points = compose_grid(overrides, compose)
-        primary = compose(fixed_overrides(overrides), return_hydra_config=True)
-    return primary, plan_grid(points)
+def fail(kind: str, exc: BaseException, debug: bool) -> int:
+    """One line on stderr for a user error (the traceback too with ``--debug``); status 2."""
+    if debug:
+        raise exc
+    print(f"sweep.py: {kind} error: {exc}", file=sys.stderr)
+    return 2
 
 
-def offline(flag: str, overrides: list[str]) -> int:
-    """``--status`` / ``--dry-run``: compose, plan, print; run nothing."""
+def offline(flag: str, overrides: list[str], debug: bool = False) -> int:
+    """``--status`` / ``--dry-run``: compose, plan, print; run nothing (a ``-m`` is optional:
+    the overrides' grid is shown either way)."""
     console = Console()
     if not console.is_terminal:
         console.width = 160  # a wide table in files and pipes (rich would wrap at 80)
-    overrides = [o for o in overrides if o not in ("-m", "--multirun")]
     try:
-        primary, plan = _plan(overrides)
+        checked = preflight(["-m", *overrides], write=False)
     except ConfigError as exc:
-        console.print(f"[red]config error:[/] {exc}", markup=True, highlight=False)
-        return 2
+        return fail("config", exc, debug)
+    primary, plan = checked.primary, checked.plan
     workers = launcher_workers(primary)
     if flag == "--dry-run":
         console.print(plan_table(plan, workers=workers))
@@ -135,7 +164,7 @@ def offline(flag: str, overrides: list[str]) -> int:
     return 0
 
 
-def search(spec_path: str, overrides: list[str], n_trials: int | None) -> int:
+def search(spec_path: str, overrides: list[str], n_trials: int | None, debug: bool = False) -> int:
     """``--search``: an Optuna search whose trials are composed through the config tree."""
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
     console = Console()
@@ -143,6 +172,7 @@ def search(spec_path: str, overrides: list[str], n_trials: int | None) -> int:
         spec = load_search_spec(spec_path)
         with Composer() as compose:
             base = compose(list(overrides))
+            check_runs_dir(str(base.runs_dir), write=True)
             torch.set_num_threads(int(base.threads))
 
             def compose_trial(trial_overrides: list[str]):
@@ -156,8 +186,7 @@ def search(spec_path: str, overrides: list[str], n_trials: int | None) -> int:
                 n_trials=n_trials,
             )
     except (ConfigError, SearchSpecError) as exc:
-        console.print(f"[red]search error:[/] {exc}", markup=True, highlight=False)
-        return 2
+        return fail("search", ConfigError(one_line(str(exc))), debug)
     states = {}
     for t in study.trials:
         states[t.state.name] = states.get(t.state.name, 0) + 1
@@ -178,7 +207,12 @@ def main(cfg: DictConfig) -> dict:
     try:
         summary = run_one(cfg)
     except ConfigError as exc:
-        sys.exit(f"config error: {exc}")
+        sys.exit(f"sweep.py: config error: {one_line(str(exc))}")
+    if summary.decision == "damaged" and HydraConfig.get().mode == RunMode.RUN:
+        # a grid reports its damaged runs at its end (GridSweeper); a single run here
+        sys.exit(
+            f"sweep.py: run {cfg.experiment_name}/{summary.run_id} is damaged: {summary.reason}"
+        )
     line = (
         f"{cfg.experiment_name}/{summary.run_id}: {summary.decision} -> {summary.status} "
         f"(last step {summary.last_step})"
@@ -199,10 +233,19 @@ def main(cfg: DictConfig) -> dict:
 if __name__ == "__main__":
     args = parse_args(sys.argv[1:])
     if args.search is not None:
-        sys.exit(search(args.search, list(args.rest), args.n_trials))
+        sys.exit(search(args.search, list(args.rest), args.n_trials, args.debug))
     if args.offline is not None:
-        sys.exit(offline(args.offline, list(args.rest)))
-    # No flag of ours: Hydra reads sys.argv as it is (sweeps/ is on its search path through
-    # config.yaml's hydra.searchpath). Our flags never reach Hydra's parser, which would
-    # refuse them: each one ends above, and none of those paths calls main().
+        sys.exit(offline(args.offline, list(args.rest), args.debug))
+    if not any(a.split("=")[0] in _HYDRA_INFO_FLAGS for a in args.rest):
+        # The whole grid composes and validates, and runs_dir is writable, before Hydra
+        # creates its log folder or any run starts.
+        try:
+            preflight(list(args.rest))
+        except ConfigError as exc:
+            sys.exit(fail("config", exc, args.debug))
+    if args.debug:
+        os.environ["HYDRA_FULL_ERROR"] = "1"
+    # Hydra reads the command line without our flags (sweeps/ is on its search path through
+    # config.yaml's hydra.searchpath); its parser would refuse them.
+    sys.argv = [sys.argv[0], *args.rest]
     main()

@@ -5,7 +5,7 @@ A backend is anything with this small protocol (:class:`Backend`):
 - ``resolve(cfg) -> (resolved cfg, unused settings)``: its own checks (ConfigError before
   any compute) and the "derive it" values filled in; the run id is the run store's hash
   of ``resolved.to_dict()``, so a run has one id however it was spelled;
-- ``run(cfg, store, experiment, *, cache_dir, max_steps_this_call, rerun_failed,
+- ``run(cfg, store, experiment, *, cache_dir, max_steps_this_call, rerun_failed, rerun_damaged,
   on_step) -> RunSummary``: start, resume or skip the run in the store;
 - ``cost(cfg, cache_dir) -> RunCost``: its cost model, for grid plans and ETAs.
 
@@ -77,6 +77,7 @@ class Backend(Protocol):
         cache_dir: str | Path | None = None,
         max_steps_this_call: int | None = None,
         rerun_failed: bool = False,
+        rerun_damaged: bool = False,
         on_step: Callable[[int, dict[str, float]], None] | None = None,
     ) -> RunSummary: ...
 

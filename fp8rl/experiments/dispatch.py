@@ -8,7 +8,7 @@ config's log-ratio noise and stores the result as a run of its own.
 What identifies a run (:func:`run_config`) is the resolved run config's ``to_dict()`` —
 the same dict a direct ``fp8rl.tiny.train.train()`` call uses, so a run is the same run
 whichever entry point reached it. Where and how it runs (``runs_dir``, ``cache_dir``,
-``threads``, ``max_steps_this_call``, ``rerun_failed``) is not part of it.
+``threads``, ``max_steps_this_call``, ``rerun_failed``, ``rerun_damaged``) is not part of it.
 """
 
 from __future__ import annotations
@@ -64,7 +64,12 @@ def run_threads(info: RunInfo) -> int | None:
 
 def resume_threads_problem(info: RunInfo, threads: int) -> str | None:
     """Why resuming ``info`` with ``threads`` torch threads would not reproduce it, or None."""
-    if info.status not in (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.FAILED):
+    if info.status not in (
+        RunStatus.PENDING,
+        RunStatus.RUNNING,
+        RunStatus.FAILED,
+        RunStatus.DAMAGED,
+    ):
         return None
     before = run_threads(info)
     if before is None or before == threads or latest_checkpoint(info.path / "checkpoints") is None:
@@ -111,6 +116,7 @@ def run_one(
             cache_dir=exp.cache_dir,
             max_steps_this_call=exp.max_steps_this_call,
             rerun_failed=exp.rerun_failed,
+            rerun_damaged=exp.rerun_damaged,
             on_step=on_step or _progress_logger(f"{experiment}/{run_id}", run_cfg.steps, every),
         )
     except RunLockedError as exc:

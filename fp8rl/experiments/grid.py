@@ -5,6 +5,10 @@
 - the run id (the store's hash of :func:`~fp8rl.experiments.dispatch.run_config`), and
   the action an invocation would take: ``start``, ``resume`` (from step n), ``skip`` (done),
   ``failed`` (not retried without ``rerun_failed=true``), ``retry``, ``pruned``, ``stale``
+  (see below), ``damaged`` (files do not match what the run finished with, and a plain
+  re-run cannot repair it: ``rerun_damaged=true`` re-runs it: ``rerun``), ``repair``
+  (damaged, resumed from a checkpoint before the lost steps), ``restore`` (damaged files
+  rewritten without compute), ``stale``
   (done under another results version), ``running`` (another live process holds it), or
   ``duplicate`` (an earlier point of the same grid is the same run);
 - the estimated remaining cost in seconds (:class:`CostModel`).
@@ -79,6 +83,8 @@ class CostModel:
             cfg = stored_config(info)
             if info.last_step is None or cfg is None or cfg.task != "train":
                 continue
+            if info.status is RunStatus.DAMAGED:  # its log may not parse
+                continue
             steps = [
                 r["timing_s/step"]
                 for r in read_step_log(info.path / "metrics.jsonl").to_rows()
@@ -138,8 +144,8 @@ class GridPoint:
 
     @property
     def runs(self) -> bool:
-        """Whether an invocation would run (part of) it."""
-        return self.action in ("start", "resume", "retry")
+        """Whether an invocation would run (part of) it, or restore its files."""
+        return self.action in ("start", "resume", "retry", "repair", "rerun", "restore")
 
 
 @dataclass
@@ -215,7 +221,9 @@ def plan_point(
         if problem:
             raise ConfigError(problem)
         checkpoint = latest_checkpoint(path / "checkpoints")
-        if info.stale:
+        if info.status is RunStatus.DAMAGED:
+            action, done = _damaged_action(info, exp.rerun_damaged)
+        elif info.stale:
             action = "stale" if info.status is RunStatus.DONE else "start"
         elif info.status is RunStatus.DONE:
             action, done = "skip", info.last_step or steps
@@ -256,9 +264,45 @@ def plan_point(
         setup_done=cost.setup_done,
         unused=resolved.unused,
     )
-    if point.action in ("start", "resume", "retry", "running"):
+    if point.action in ("start", "resume", "retry", "running", "repair", "rerun"):
         point.est_s = cost.run_s(step_s, steps - done)
     return point
+
+
+def _damaged_action(info: RunInfo, rerun_damaged: bool) -> tuple[str, int]:
+    """(action, steps already done) for a damaged run: ``restore`` (files rewritten, no
+    compute), ``repair`` (resumed from a checkpoint before the lost steps), ``rerun`` (from
+    scratch, with ``rerun_damaged=true``), or ``damaged`` (left alone)."""
+    repair = info.repair
+    if repair is not None and repair.kind == "restore":
+        return "restore", info.last_step or 0
+    if repair is not None and repair.kind == "resume":
+        return "repair", repair.from_step or 0
+    return ("rerun", 0) if rerun_damaged else ("damaged", 0)
+
+
+def one_line(message: str) -> str:
+    """A config error on one line: Hydra's and OmegaConf's multi-line messages joined, their
+    ``full_key:``/``object_type=`` trailer lines left out (the message names the key)."""
+    lines = [line.strip() for line in message.splitlines()]
+    kept = [
+        x for x in lines if x and not x.startswith(("full_key:", "object_type=", "reference_type="))
+    ]
+    return "; ".join(kept)
+
+
+def grid_error(errors: dict[str, list[int]], n_points: int) -> str:
+    """One line for the points of a grid that cannot run: each distinct problem once, with
+    the grid indices it applies to (``sweep.py --dry-run`` numbers the points)."""
+    n_bad = sum(len(v) for v in errors.values())
+    if n_points == 1:
+        return next(iter(errors))
+
+    def where(idx: list[int]) -> str:
+        return "all points" if len(idx) == n_points else "points " + ",".join(map(str, idx))
+
+    which = "; ".join(f"{message} [{where(idx)}]" for message, idx in errors.items())
+    return f"{n_bad} of {n_points} grid points cannot run; nothing was started: {which}"
 
 
 def _has_stale(store: RunStore, experiment: str, plain: dict[str, Any]) -> bool:
@@ -276,7 +320,7 @@ def plan_grid(
 ) -> GridPlan:
     """Plan composed grid points ``[(overrides, cfg), ...]``; every point is validated and
     every problem is collected, so one ConfigError lists all bad points at once."""
-    errors: list[str] = []
+    errors: dict[str, list[int]] = {}  # message -> the points it applies to
     planned: list[GridPoint] = []
     seen: dict[tuple[str, str, str], int] = {}
     cost_models: dict[str, CostModel] = {}
@@ -287,7 +331,7 @@ def plan_grid(
         try:
             point = plan_point(cfg, index=i, overrides=overrides, costs=model)
         except ConfigError as exc:
-            errors.append(f"[{i}] {' '.join(overrides) or '(defaults)'}: {exc}")
+            errors.setdefault(one_line(str(exc)), []).append(i)
             continue
         where = (str(cfg.runs_dir), point.experiment, point.run_id)
         if where in seen:
@@ -296,10 +340,7 @@ def plan_grid(
             seen[where] = i
         planned.append(point)
     if errors:
-        raise ConfigError(
-            f"{len(errors)} of {len(points)} grid points cannot run; nothing was started:\n"
-            + "\n".join(errors)
-        )
+        raise ConfigError(grid_error(errors, len(points)))
     keys = [[_override_key(o) for o in p.overrides] for p in planned]
     varying = sorted(
         {

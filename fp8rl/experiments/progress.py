@@ -6,7 +6,9 @@ experiment's directory) into a :class:`GridReport`; :func:`report_table`,
 renderable into plain text for a log line. ``sweep.py --status`` and ``--dry-run`` print
 these; :class:`~fp8rl.experiments.sweeper.GridSweeper` logs them while a grid runs.
 
-Display states: ``done``, ``running`` (a live process holds it), ``failed``, ``pending``
+Display states: ``done``, ``running`` (a live process holds it), ``failed``, ``damaged``
+(its files do not match what it finished with, or cannot be read: the reason says what to
+do; ``fp8rl.runs.store``), ``pending``
 (registered, interrupted, or crashed: the next invocation resumes it), ``pruned``,
 ``stale`` (done under another results version), and ``not started`` for grid points with
 no directory yet (counted as pending). The ETA is the remaining estimated cost (measured
@@ -43,7 +45,7 @@ __all__ = [
     "to_text",
 ]
 
-STATES = ("done", "running", "failed", "pending", "pruned", "stale")
+STATES = ("done", "running", "failed", "damaged", "pending", "pruned", "stale")
 
 
 def format_seconds(seconds: float | None) -> str:
@@ -216,11 +218,11 @@ def grid_report(
 
 def summary_line(report: GridReport) -> str:
     """``exp: 3/8 done, 1 running, 0 failed, 4 pending, 0 pruned, 0 stale; elapsed 2m10s,
-    ETA 6m05s``."""
+    ETA 6m05s`` (``N damaged`` after ``failed`` when there are any)."""
     c = report.counts
     total = len(report.rows)
     parts = [f"{c.get('done', 0)}/{total} done"] + [
-        f"{c.get(s, 0)} {s}" for s in STATES if s != "done"
+        f"{c.get(s, 0)} {s}" for s in STATES if s != "done" and (s != "damaged" or c.get(s))
     ]
     return (
         f"{report.experiment}: {', '.join(parts)}; elapsed {format_seconds(report.elapsed_s)}, "
@@ -233,6 +235,7 @@ _STYLE = {
     "done": "green",
     "running": "cyan",
     "failed": "red",
+    "damaged": "bold red",
     "pending": "yellow",
     "pruned": "magenta",
     "stale": "dim",
@@ -253,7 +256,7 @@ def report_table(report: GridReport, *, max_reason: int = 60) -> Table:
             f"[{_STYLE.get(row.state, '')}]{row.state}[/]",
             f"{step}/{row.steps}" if row.steps else step,
             format_seconds(row.est_remaining_s) if row.est_remaining_s else "",
-            row.reason[:max_reason],
+            row.reason if row.state == "damaged" else row.reason[:max_reason],
         )
     return table
 
@@ -282,7 +285,7 @@ def plan_table(plan: GridPlan, *, workers: int = 1) -> Table:
             action = f"resume from step {p.done_steps}"
         elif p.action == "duplicate":
             action = f"duplicate of #{p.duplicate_of}"
-        elif p.action in ("failed", "pruned") and p.reason:
+        elif p.action in ("failed", "pruned", "damaged") and p.reason:
             action = f"{p.action} ({p.reason[:40]})"
         table.add_row(
             str(p.index),

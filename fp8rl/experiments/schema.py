@@ -48,6 +48,8 @@ class ExperimentConfig(RunConfig):
         fixed by the config rather than the launcher, and a resume with another count is
         refused.
     rerun_failed: retry runs that failed before (resumed from their last checkpoint).
+    rerun_damaged: run again from scratch the damaged runs that a plain re-run cannot
+        repair (their files are kept under ``<run>/repairs/``; docs/run_store.md).
     max_steps_this_call: stop each run after this many steps in this invocation, leaving it
         pending (the next invocation resumes it).
     """
@@ -57,6 +59,7 @@ class ExperimentConfig(RunConfig):
     cache_dir: str | None = None
     threads: int = num(1, ge=1)
     rerun_failed: bool = False
+    rerun_damaged: bool = False
     max_steps_this_call: int | None = num(None, ge=1, null="run to the last step")
 
     def __post_init__(self) -> None:

@@ -53,8 +53,9 @@ __all__ = ["GridFailed", "GridSweeper", "GridSweeperConf", "batches", "launcher_
 log = logging.getLogger(__name__)
 
 
-class GridFailed(HydraException):
-    """Some runs of the grid are failed (the message lists them)."""
+class GridFailed(CompactHydraException):
+    """Some runs of the grid are failed or damaged (the message lists them; Hydra prints
+    it without a traceback and exits 1)."""
 
 
 @dataclass
@@ -178,9 +179,9 @@ class GridSweeper(Sweeper):
             else:
                 log.info("%s", summary_line(report))
             failed += [
-                f"{experiment}/{r.run_id} ({r.label}): {r.reason}"
+                f"{experiment}/{r.run_id} ({r.label}) {r.state}: {r.reason}"
                 for r in report.rows
-                if r.state == "failed"
+                if r.state in ("failed", "damaged")
             ]
         return failed
 
@@ -235,7 +236,7 @@ class GridSweeper(Sweeper):
         if job_failures or failed:
             lines = failed or job_failures
             raise GridFailed(
-                f"{len(lines)} run(s) of the grid failed (not retried without "
-                "rerun_failed=true):\n" + "\n".join(lines)
+                f"{len(lines)} run(s) of the grid failed or are damaged (not re-run without "
+                "rerun_failed=true / rerun_damaged=true):\n" + "\n".join(lines)
             )
         return returns

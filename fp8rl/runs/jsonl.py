@@ -95,6 +95,16 @@ def _parse(path: Path, number: int, line: bytes) -> dict[str, Any]:
     return record
 
 
+def _parse_step(path: Path, number: int, line: bytes) -> int:
+    """The step of a line; an unparseable line counts as after every step, so it and what
+    follows are cut (a repair resumes from a checkpoint before it; a resume that then finds
+    its log shorter than its checkpoint says so)."""
+    try:
+        return _parse(path, number, line)["step"]
+    except CorruptLogError:
+        return 1 << 62
+
+
 def read_step_log(path: Path) -> StepLog:
     """Read a step log; a missing file is an empty log.
 
@@ -123,17 +133,18 @@ def truncate_after_step(path: Path, step: int | None) -> int:
     """Keep only the lines with ``step <= step`` (none if ``step`` is None); return lines cut.
 
     The kept lines keep their exact bytes; the file is replaced atomically, and a
-    torn tail is dropped. Used on resume so the log matches an uninterrupted run.
+    torn tail is dropped. Used on resume so the log matches an uninterrupted run. Lines
+    after the first one past ``step`` are cut unread (a damaged line there is cut too).
     """
     path = Path(path)
     if not path.exists():
         return 0
     lines, tail = _split(path)
-    kept = [
-        line
-        for i, line in enumerate(lines)
-        if step is not None and _parse(path, i + 1, line)["step"] <= step
-    ]
+    kept: list[bytes] = []
+    for i, line in enumerate(lines):  # steps increase: stop at the first line after ``step``
+        if step is None or _parse_step(path, i + 1, line) > step:
+            break
+        kept.append(line)
     cut = len(lines) - len(kept) + (1 if tail else 0)
     if cut:
         atomic_write_bytes(path, b"".join(line + b"\n" for line in kept))

@@ -38,22 +38,25 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
 from fp8rl.runs.atomic import atomic_write_json, atomic_write_text, remove_stale_temp_files
 from fp8rl.runs.checkpoints import (
     Checkpoint,
+    checkpoint_path,
     checkpoint_step,
     latest_checkpoint,
+    list_checkpoints,
     load_checkpoint,
     save_checkpoint,
 )
@@ -65,6 +68,15 @@ from fp8rl.runs.ids import (
     run_id_for,
     seeds_in,
     to_plain,
+)
+from fp8rl.runs.integrity import (
+    RECORD_FILE,
+    Check,
+    check_legacy,
+    check_record,
+    compare_records,
+    make_record,
+    read_record,
 )
 from fp8rl.runs.jsonl import (
     StepLog,
@@ -85,6 +97,7 @@ METRICS_FILE = "metrics.jsonl"
 EVAL_FILE = "eval.jsonl"
 SAMPLES_DIR = "samples"
 CHECKPOINTS_DIR = "checkpoints"
+REPAIRS_DIR = "repairs"  # what a repair replaced: repairs/<time>/{metrics.jsonl,...}
 
 _EXPERIMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=,-]*$")
 
@@ -95,6 +108,9 @@ class RunStatus(StrEnum):
     DONE = "done"
     FAILED = "failed"
     PRUNED = "pruned"
+    # Never written to status.json: what a reader reports for a run whose files do not say
+    # what they should (``RunInfo.reason`` says what is wrong, ``RunInfo.repair`` what to do).
+    DAMAGED = "damaged"
 
 
 FINISHED = frozenset({RunStatus.DONE, RunStatus.FAILED, RunStatus.PRUNED})
@@ -107,11 +123,13 @@ class Decision(StrEnum):
     STALE = "stale"
     FAILED = "failed"
     PRUNED = "pruned"
+    DAMAGED = "damaged"  # damaged and not repairable without rerun_damaged=True
+    REPAIR = "repair"  # damaged: resumed from a checkpoint before the lost steps
 
     @property
     def should_run(self) -> bool:
         """Whether the caller now holds the run and must train it."""
-        return self in (Decision.START, Decision.RESUME)
+        return self in (Decision.START, Decision.RESUME, Decision.REPAIR)
 
 
 def _now() -> str:
@@ -127,6 +145,72 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return json.loads(text)
     except ValueError as exc:
         raise RunStoreError(f"{path} is not valid JSON: {exc}") from None
+
+
+def _try_json(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(the JSON object in ``path`` or None, what is wrong with it or None)."""
+    try:
+        record = _read_json(path)
+    except RunStoreError:
+        return None, f"{path.name} is not valid JSON"
+    if record is not None and not isinstance(record, dict):
+        return None, f"{path.name} is not a JSON object"
+    return record, None
+
+
+def _read_config(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(the config in ``config.yaml``, the sha256 the store keys it by); (None, None) when it
+    is missing or unreadable."""
+    try:
+        config = yaml.safe_load(path.read_text())
+    except (FileNotFoundError, yaml.YAMLError, UnicodeDecodeError):
+        return None, None
+    if not isinstance(config, dict):
+        return None, None
+    return config, config_sha256(config)
+
+
+def default_planned_last_step(config: Mapping[str, Any]) -> int | None:
+    """The last step a run of ``config`` plans: its top-level ``steps`` for a training run
+    (``task`` absent or ``train``), else None (not checked). Used only for runs finished
+    before the integrity record existed."""
+    steps = config.get("steps")
+    if config.get("task", "train") != "train" or isinstance(steps, bool):
+        return None
+    return steps if isinstance(steps, int) else None
+
+
+def _plan_repair(check: Check, checkpoints: Path) -> Repair:
+    files = tuple(dict.fromkeys(check.restorable))
+    if check.fatal:
+        return Repair("rerun", files=files)
+    if check.lost_from is None:
+        return Repair("restore", files=files)
+    usable = [step for step, _ in list_checkpoints(checkpoints) if step < check.lost_from]
+    if not usable:
+        return Repair("rerun", files=files)
+    return Repair("resume", usable[-1], files)
+
+
+class _Plan(NamedTuple):
+    """How ``RunStore._take`` sets up a repair: resume from ``checkpoint`` (None: from
+    scratch), why, the status record before it, the integrity record to compare with."""
+
+    checkpoint: Path | None
+    note: str
+    prior: dict[str, Any]
+    expected: dict[str, Any] | None
+
+
+#: the files a resume or re-run may replace (copied to repairs/<time>/ first)
+_RESULT_FILES = (
+    METRICS_FILE,
+    EVAL_FILE,
+    STATUS_FILE,
+    RECORD_FILE,
+    CONFIG_FILE,
+    PROVENANCE_FILE,
+)
 
 
 def _status_of(record: Mapping[str, Any], path: Path) -> RunStatus:
@@ -160,6 +244,8 @@ class Run:
         decision: Decision,
         lock: RunLock | None = None,
         resume_checkpoint: Path | None = None,
+        expected: dict[str, Any] | None = None,
+        reason: str = "",
     ) -> None:
         self.experiment = experiment
         self.run_id = run_id
@@ -167,6 +253,11 @@ class Run:
         self.config = config
         self.decision = decision
         self.resume_checkpoint = resume_checkpoint
+        #: why the run is not run (``damaged``: what is wrong and what to do), or how it is
+        self.reason = reason
+        #: a repair's integrity record of what the run had finished with: on ``done`` the
+        #: regenerated logs are compared with it and the outcome is the status's reason
+        self.expected = expected
         self._lock = lock
         self._last_step = {
             METRICS_FILE: last_step_in(path / METRICS_FILE),
@@ -241,11 +332,23 @@ class Run:
         self._log(EVAL_FILE, step, data, durable)
 
     def mark(self, status: RunStatus | str, reason: str = "") -> None:
-        """Set the run's status (and why), atomically."""
+        """Set the run's status (and why), atomically. ``done`` first writes the integrity
+        record (``integrity.json``: what the run finished with), then the status naming it;
+        after a repair, the reason says whether the re-run reproduced the lost results."""
         self._require_lock("mark the status")
         status = RunStatus(status)
+        if status is RunStatus.DAMAGED:
+            raise ValueError("damaged is what a reader finds, not a status to write")
         record = self.status
         now = _now()
+        if status is RunStatus.DONE:
+            integrity = make_record(self.path, config_sha256(self.config), now)
+            if self.expected is not None:
+                reason = self._compare(integrity, reason)
+            atomic_write_json(self.path / RECORD_FILE, integrity)
+            record["integrity"] = RECORD_FILE
+        else:
+            record.pop("integrity", None)
         record.update(status=status.value, reason=reason, updated_at=now)
         record["finished_at"] = now if status in FINISHED else None
         atomic_write_json(self.path / STATUS_FILE, record)
@@ -257,6 +360,26 @@ class Run:
         """Save named state as the checkpoint of ``step`` (after logging that step's metrics)."""
         self._require_lock("save a checkpoint")
         return save_checkpoint(self.checkpoints_dir, step, state, keep_last=keep_last)
+
+    def _compare(self, integrity: dict[str, Any], reason: str) -> str:
+        assert self.expected is not None
+        step = self.resume_step
+        how = "re-run from scratch" if step is None else f"repaired from step {step}"
+        differences = compare_records(self.expected, integrity)
+        if differences:
+            logger.warning(
+                "%r: the re-run does not reproduce what the run had finished with: %s "
+                "(the earlier files are kept under %s)",
+                self,
+                "; ".join(differences),
+                self.path / REPAIRS_DIR,
+            )
+            outcome = f"{how}, but differs from what it had finished with: " + "; ".join(
+                differences
+            )
+        else:
+            outcome = f"{how}: reproduces what it had finished with"
+        return f"{outcome}. {reason}".strip().rstrip(".")
 
     # ------------------------------------------------------------------ reading
 
@@ -273,8 +396,8 @@ class Run:
     def load_checkpoint(
         self, path: Path | None = None, *, map_location: Any = "cpu", weights_only: bool = True
     ) -> Checkpoint:
-        """Load ``path``, by default the newest complete checkpoint."""
-        path = path or self.latest_checkpoint()
+        """Load ``path``; by default the checkpoint this run resumes from, else the newest."""
+        path = path or self.resume_checkpoint or self.latest_checkpoint()
         if path is None:
             raise RunStoreError(f"{self!r} has no checkpoint")
         return load_checkpoint(path, map_location=map_location, weights_only=weights_only)
@@ -314,6 +437,41 @@ class Run:
 
 
 @dataclass(frozen=True)
+class Repair:
+    """What re-running a damaged run's config does about it.
+
+    kind: ``restore`` (rewrite ``files`` from what the store knows; nothing is recomputed),
+    ``resume`` (resume from the checkpoint of step ``from_step``, regenerating the lost steps
+    and comparing them with the integrity record), or ``rerun`` (only with
+    ``rerun_damaged=True``: run it again from scratch).
+    Whatever a repair replaces is kept under ``<run>/repairs/<time>/``.
+    """
+
+    kind: str
+    from_step: int | None = None
+    files: tuple[str, ...] = ()
+
+    @property
+    def automatic(self) -> bool:
+        """Whether a plain re-run does it (``rerun`` needs ``rerun_damaged=True``)."""
+        return self.kind in ("restore", "resume")
+
+    def text(self) -> str:
+        restore = f"; restores {', '.join(self.files)}" if self.files else ""
+        if self.kind == "restore":
+            return f"a re-run of its config restores {', '.join(self.files)} (no compute)"
+        if self.kind == "resume":
+            return (
+                f"a re-run repairs it from its step-{self.from_step} checkpoint and checks "
+                f"the regenerated steps against what it had finished with{restore}"
+            )
+        return (
+            "re-run it with rerun_damaged=true to run it again from scratch (the damaged "
+            f"files are kept under {REPAIRS_DIR}/)"
+        )
+
+
+@dataclass(frozen=True)
 class RunInfo:
     """What the store knows about one run, for tables and grid displays."""
 
@@ -328,6 +486,9 @@ class RunInfo:
     stale: bool  # results version differs from the reader's
     crashed: bool  # "running" on this host, but its process is gone
     last_step: int | None  # last complete metrics line
+    #: what ``status.json`` says (``status`` is ``damaged`` when the files disagree with it)
+    recorded_status: str | None = None
+    repair: Repair | None = None  # for a damaged run: what a re-run would do about it
 
     @property
     def results_version(self) -> int | None:
@@ -345,6 +506,7 @@ class RunInfo:
             "run_id": self.run_id,
             "status": self.status.value,
             "reason": self.reason,
+            "recorded_status": self.recorded_status,
             "stale": self.stale,
             "crashed": self.crashed,
             "results_version": self.results_version,
@@ -371,10 +533,13 @@ class RunStore:
         *,
         results_version: int = RESULTS_VERSION,
         code_dir: Path = DEFAULT_CODE_DIR,
+        planned_last_step: Callable[[Mapping[str, Any]], int | None] = default_planned_last_step,
     ) -> None:
         self.root = Path(root)
         self.results_version = results_version
         self.code_dir = code_dir
+        #: a run config's planned last step (checks runs finished before integrity.json)
+        self.planned_last_step = planned_last_step
 
     def __repr__(self) -> str:
         return f"RunStore({str(self.root)!r}, results_version={self.results_version})"
@@ -405,15 +570,26 @@ class RunStore:
         *,
         rerun_stale: bool = False,
         rerun_failed: bool = False,
+        rerun_damaged: bool = False,
     ) -> Run:
         """Find or create the run of ``config`` and decide what the caller should do.
 
-        Raises :class:`RunLockedError` when another live process is running it.
+        A damaged run (:meth:`run_info` reports ``damaged``) is repaired when a plain re-run
+        can (``restore``: files rewritten, then ``skip``; ``resume``: ``repair`` from a
+        checkpoint before the lost steps), re-run from scratch with ``rerun_damaged``
+        (``start``), and otherwise handed back as ``damaged`` (``run.reason`` says what is
+        wrong and what to do). Raises :class:`RunLockedError` when another live process is
+        running it.
         """
         plain = to_plain(config)
         run_id = self.run_id(plain)
         sha = config_sha256(plain)
         path = self.run_dir(experiment, run_id)
+        if path.is_dir():
+            info = self.run_info(experiment, run_id)
+            if info.status is RunStatus.DAMAGED:
+                flags = {"rerun_stale": rerun_stale, "rerun_failed": rerun_failed}
+                return self._open_damaged(info, plain, sha, rerun_damaged, flags)
 
         status = _read_json(path / STATUS_FILE)
         if status is not None:
@@ -442,6 +618,100 @@ class RunStore:
         except BaseException:
             lock.release()
             raise
+
+    def _open_damaged(
+        self,
+        info: RunInfo,
+        plain: dict[str, Any],
+        sha: str,
+        rerun_damaged: bool,
+        flags: dict[str, bool],
+    ) -> Run:
+        repair = info.repair or Repair("rerun")
+        where = f"{info.experiment}/{info.run_id}"
+        if not (repair.automatic or rerun_damaged):
+            logger.warning("%s is damaged: %s", where, info.reason)
+            return Run(
+                info.experiment, info.run_id, info.path, plain, Decision.DAMAGED, reason=info.reason
+            )
+        recorded = info.provenance.get("config_sha256")
+        if recorded is not None and recorded != sha:
+            raise RunStoreError(
+                f"{info.path} holds a different config than the one whose id it has "
+                "(run id collision or an edited directory); refusing to touch it"
+            )
+        lock = RunLock(info.path)
+        lock.acquire()
+        try:
+            fresh = self.run_info(info.experiment, info.run_id)
+            if fresh.status is not RunStatus.DAMAGED or fresh.repair != repair:
+                lock.release()  # repaired (or changed) meanwhile: decide again
+                return self.open_run(info.experiment, plain, rerun_damaged=rerun_damaged, **flags)
+            return self._repair(fresh, repair, plain, sha, lock)
+        except BaseException:
+            if lock.held:
+                lock.release()
+            raise
+
+    def _repair(
+        self, info: RunInfo, repair: Repair, plain: dict[str, Any], sha: str, lock: RunLock
+    ) -> Run:
+        """With the lock held: restore files, or set the run up to be resumed or re-run;
+        whatever is replaced is kept under ``repairs/<time>/``."""
+        path = info.path
+        backup = path / REPAIRS_DIR / datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        names = repair.files if repair.kind == "restore" else _RESULT_FILES
+        for name in names:
+            if (path / name).is_file():
+                backup.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path / name, backup / name)
+        try:
+            expected = read_record(path / RECORD_FILE)
+        except ValueError:
+            expected = None
+        if CONFIG_FILE in repair.files or repair.kind == "rerun":
+            atomic_write_text(path / CONFIG_FILE, yaml.safe_dump(plain, sort_keys=False))
+        where = f"{info.experiment}/{info.run_id}"
+        if repair.kind == "restore":
+            if STATUS_FILE in repair.files:
+                atomic_write_json(path / STATUS_FILE, self._restored_status(info, expected))
+            lock.release()
+            logger.warning("%s: restored %s (%s)", where, ", ".join(repair.files), info.reason)
+            return Run(info.experiment, info.run_id, path, plain, Decision.SKIP)
+        checkpoint = None
+        (backup / CHECKPOINTS_DIR).mkdir(parents=True)
+        for step, file in list_checkpoints(path / CHECKPOINTS_DIR):
+            if repair.kind == "rerun" or step > (repair.from_step or 0):
+                file.rename(backup / CHECKPOINTS_DIR / file.name)
+        if repair.kind == "resume":
+            assert repair.from_step is not None
+            checkpoint = checkpoint_path(path / CHECKPOINTS_DIR, repair.from_step)
+            note = f"repair from step {repair.from_step}"
+        else:
+            for name in (METRICS_FILE, EVAL_FILE):
+                (path / name).unlink(missing_ok=True)
+            note = "re-run from scratch (rerun_damaged)"
+        logger.warning("%s: %s; it was damaged: %s", where, note, info.reason.split(": ")[0])
+        plan = _Plan(
+            checkpoint, f"{note}; was damaged: {info.reason}", info.status_record, expected
+        )
+        return self._take(info.experiment, info.run_id, path, plain, sha, lock, True, plan)
+
+    def _restored_status(self, info: RunInfo, record: dict[str, Any] | None) -> dict[str, Any]:
+        provenance = info.provenance
+        now = _now()
+        return {
+            "status": RunStatus.DONE.value,
+            "reason": f"{STATUS_FILE} restored from {RECORD_FILE} at {now}",
+            "run_id": info.run_id,
+            "experiment": info.experiment,
+            "results_version": provenance.get("results_version", self.results_version),
+            "attempt": len(provenance.get("previous_attempts") or []) + 1,
+            "created_at": provenance.get("started_at"),
+            "updated_at": now,
+            "finished_at": (record or {}).get("finished_at"),
+            "integrity": RECORD_FILE,
+        }
 
     def register_pending(
         self, experiment: str, config: Any, reason: str = "registered, not started"
@@ -516,10 +786,12 @@ class RunStore:
         sha: str,
         lock: RunLock,
         rerun_failed: bool,
+        plan: _Plan | None = None,
     ) -> Run:
-        """With the lock held: start or resume the run, or hand it back if it finished meanwhile."""
-        prior = _read_json(path / STATUS_FILE)
-        if prior is not None:
+        """With the lock held: start or resume the run, or hand it back if it finished
+        meanwhile. ``plan``: a repair's checkpoint and note (the status is not read)."""
+        prior = _read_json(path / STATUS_FILE) if plan is None else plan.prior
+        if prior is not None and plan is None:
             decision = self._settled(path, prior, sha, rerun_failed)
             if decision is not None:
                 lock.release()
@@ -533,7 +805,11 @@ class RunStore:
 
         checkpoint = None
         previous: dict[str, Any] | None = None
-        if prior is None or not prior.get("attempt"):
+        (path / RECORD_FILE).unlink(missing_ok=True)  # written again when it is done
+        if plan is not None:
+            checkpoint, note = plan.checkpoint, plan.note
+            previous = _try_json(path / PROVENANCE_FILE)[0]
+        elif prior is None or not prior.get("attempt"):
             note = "started"  # new, or registered by register_pending and never started
         else:
             previous = _read_json(path / PROVENANCE_FILE)
@@ -556,7 +832,7 @@ class RunStore:
                 step,
                 logged,
             )
-        if not (path / CONFIG_FILE).exists():
+        if _read_config(path / CONFIG_FILE)[1] != sha:  # missing, unreadable or edited
             atomic_write_text(path / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False))
 
         atomic_write_json(
@@ -568,11 +844,11 @@ class RunStore:
             "run_id": run_id,
             "experiment": experiment,
             "results_version": self.results_version,
-            "attempt": 1 if prior is None else int(prior.get("attempt", 0)) + 1,
+            "attempt": 1 if not prior else int(prior.get("attempt", 0)) + 1,
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "pid_start": process_start_time(os.getpid()),
-            "created_at": now if prior is None else prior.get("created_at", now),
+            "created_at": now if not prior else prior.get("created_at", now),
             "started_at": now,
             "updated_at": now,
             "finished_at": None,
@@ -580,8 +856,11 @@ class RunStore:
         }
         atomic_write_json(path / STATUS_FILE, record)
         decision = Decision.RESUME if checkpoint is not None else Decision.START
+        if plan is not None and checkpoint is not None:
+            decision = Decision.REPAIR
         logger.info("%s/%s: %s (%s)", experiment, run_id, decision.value, note)
-        return Run(experiment, run_id, path, config, decision, lock, checkpoint)
+        expected = plan.expected if plan is not None else None
+        return Run(experiment, run_id, path, config, decision, lock, checkpoint, expected)
 
     def _log_crash(self, path: Path, prior: Mapping[str, Any]) -> None:
         host, pid = prior.get("host"), prior.get("pid")
@@ -651,19 +930,60 @@ class RunStore:
     # ------------------------------------------------------------------ reading
 
     def run_info(self, experiment: str, run_id: str) -> RunInfo:
-        """Read one run without locking it."""
+        """Read one run without locking it, checking its files (never raises for a run that
+        exists: an unreadable or damaged one is reported with status ``damaged``)."""
         path = self.run_dir(experiment, run_id)
         if not path.is_dir():
             raise RunStoreError(f"no run {run_id} in experiment {experiment} under {self.root}")
-        status = _read_json(path / STATUS_FILE)
-        provenance = _read_json(path / PROVENANCE_FILE) or {}
-        config_path = path / CONFIG_FILE
-        config = yaml.safe_load(config_path.read_text()) if config_path.exists() else {}
-        if status is None:
-            state, reason = RunStatus.PENDING, "incomplete: no status.json yet"
+        try:
+            return self._read_info(experiment, run_id, path)
+        except Exception as exc:  # one unreadable run never blocks a listing
+            logger.debug("reading %s failed", path, exc_info=True)
+            repair = Repair("rerun")
+            return RunInfo(
+                experiment=experiment,
+                run_id=run_id,
+                path=path,
+                status=RunStatus.DAMAGED,
+                reason=f"unreadable ({type(exc).__name__}: {exc}): {repair.text()}",
+                config={},
+                provenance={},
+                status_record={},
+                stale=False,
+                crashed=False,
+                last_step=None,
+                repair=repair,
+            )
+
+    def _read_info(self, experiment: str, run_id: str, path: Path) -> RunInfo:
+        check = Check()
+        status, problem = _try_json(path / STATUS_FILE)
+        provenance, prov_problem = _try_json(path / PROVENANCE_FILE)
+        if prov_problem:
+            check.lose(None, prov_problem)
+        config, config_sha = _read_config(path / CONFIG_FILE)
+        state: RunStatus | None = None
+        if status is not None:
+            try:
+                state = RunStatus(status["status"])
+                if state is RunStatus.DAMAGED:
+                    raise ValueError(state)
+            except (KeyError, ValueError, TypeError):
+                problem = f"{STATUS_FILE} has no valid status"
+        elif problem is None and (provenance or (path / METRICS_FILE).exists()):
+            problem = f"{STATUS_FILE} is missing"
+        self._check_results(check, path, state, status, problem, provenance, config, config_sha)
+        recorded = None if state is None else state.value
+        if status is None or state is None:
             status = {}
-        else:
-            state, reason = _status_of(status, path), str(status.get("reason", ""))
+        reason = str(status.get("reason", ""))
+        repair = None
+        if problem is None and state is None:
+            state, reason = RunStatus.PENDING, "incomplete: no status.json yet"
+        if not check.ok:
+            repair = _plan_repair(check, path / CHECKPOINTS_DIR)
+            state, reason = RunStatus.DAMAGED, f"{check.text()}: {repair.text()}"
+        assert state is not None
         crashed = False
         if state is RunStatus.RUNNING and status.get("host") == socket.gethostname():
             pid = status.get("pid")
@@ -675,17 +995,60 @@ class RunStore:
             status=state,
             reason=reason,
             config=config or {},
-            provenance=provenance,
+            provenance=provenance or {},
             status_record=status,
             # a run registered but never started has no provenance yet: its status says
-            stale=provenance.get("results_version", status.get("results_version"))
+            stale=(provenance or {}).get("results_version", status.get("results_version"))
             != self.results_version,
             crashed=crashed,
             last_step=last_step_in(path / METRICS_FILE),
+            recorded_status=recorded,
+            repair=repair,
         )
 
+    def _check_results(
+        self,
+        check: Check,
+        path: Path,
+        state: RunStatus | None,
+        status: dict[str, Any] | None,
+        status_problem: str | None,
+        provenance: dict[str, Any] | None,
+        config: dict[str, Any] | None,
+        config_sha: str | None,
+    ) -> None:
+        """Add to ``check`` what is wrong with a finished (or status-less) run's files."""
+        if state is not RunStatus.DONE and status_problem is None:
+            return
+        try:
+            record = read_record(path / RECORD_FILE)
+        except ValueError as exc:
+            check.lose(None, f"{RECORD_FILE} is unreadable ({exc})")
+            record = None
+        if record is None and state is RunStatus.DONE and (status or {}).get("integrity"):
+            check.lose(None, f"{RECORD_FILE} is missing")
+        expected_sha = (provenance or {}).get("config_sha256")
+        if record is not None:
+            found = check_record(path, record, config_sha=config_sha)
+        elif state is RunStatus.DONE:  # finished before the record existed
+            found = check_legacy(
+                path,
+                planned_last_step=self.planned_last_step(config or {}),
+                config_sha=config_sha,
+                expected_sha=expected_sha,
+            )
+        else:
+            found = Check()
+        if status_problem is not None:
+            if record is not None and not found.fatal and found.lost_from is None:
+                check.restore(STATUS_FILE, f"{status_problem} (the files match {RECORD_FILE})")
+            else:
+                check.lose(None, status_problem)
+        check.merge(found)
+
     def list_runs(self, experiment: str) -> list[RunInfo]:
-        """Every run of an experiment, oldest first (no locks taken)."""
+        """Every run of an experiment, oldest first (no locks taken; a damaged or
+        unreadable run is listed as ``damaged``, never raised)."""
         directory = self.experiment_dir(experiment)
         if not directory.is_dir():
             return []

@@ -110,6 +110,7 @@ class TinyBackend:
         cache_dir: str | Path | None = None,
         max_steps_this_call: int | None = None,
         rerun_failed: bool = False,
+        rerun_damaged: bool = False,
         on_step: StepHook | None = None,
     ) -> RunSummary:
         """Start, resume or skip the run of ``cfg`` (an RL run, or the noise probe)."""
@@ -122,6 +123,7 @@ class TinyBackend:
             cache_dir=cache_dir,
             max_steps_this_call=max_steps_this_call,
             rerun_failed=rerun_failed,
+            rerun_damaged=rerun_damaged,
             on_step=on_step,
         )
 

@@ -70,7 +70,6 @@ from fp8rl.rl import (
 )
 from fp8rl.rl.step_metrics import logratio_breakdown, pool_minibatch_metrics, token_records
 from fp8rl.runs import (
-    Decision,
     RngStreams,
     Run,
     RunPruned,
@@ -89,6 +88,7 @@ from fp8rl.tiny.batch import (
     sample_responses,
 )
 from fp8rl.tiny.evaluate import evaluate
+from fp8rl.tiny.progress import progress_bar
 from fp8rl.tiny.sampler import Sampler, response_log_probs
 from fp8rl.tiny.settings import eval_config, max_seq_len, recipe_kwargs, resolve_config, sft_config
 from fp8rl.tiny.sft import build_base_model, encode_problem
@@ -165,7 +165,7 @@ def set_up(cfg: RunConfig, run: Run, cache_dir: str | Path | None) -> Trainer:
         state.register(name, obj)
     state.register("rng", RngStreams())
     start = 1
-    if run.decision is Decision.RESUME:
+    if run.resume_checkpoint is not None:  # resume, or a repair from an earlier step
         checkpoint = run.load_checkpoint()
         state.load_state_dict(checkpoint.state)
         start = checkpoint.step + 1
@@ -625,23 +625,25 @@ def train_run(
     )
     metrics: dict[str, float] = {}
     step = tr.start - 1
-    for step in range(tr.start, end + 1):
-        timer = PhaseTimer()
-        metrics, step_eval = log_step(tr, train_step(tr, step, timer), timer)
-        try:  # progress display, or a search's pruner
-            if on_step is not None:
-                on_step(step, {**metrics, **step_eval})
-        except RunPruned as stop:  # pruning is an outcome, not an error
-            reason = f"pruned after step {step}: {stop.reason}"
-            run.mark("pruned", reason)  # no checkpoint of this step: never resumed
-            log.info("%r: %s", run, reason)
-            break
-        checkpoint(tr, step, end)
-    else:
-        if step >= cfg.steps:
-            run.mark("done")
+    with progress_bar(cfg.steps, "RL steps", initial=step) as bar:
+        for step in range(tr.start, end + 1):
+            timer = PhaseTimer()
+            metrics, step_eval = log_step(tr, train_step(tr, step, timer), timer)
+            try:  # progress display, or a search's pruner
+                if on_step is not None:
+                    on_step(step, {**metrics, **step_eval})
+            except RunPruned as stop:  # pruning is an outcome, not an error
+                reason = f"pruned after step {step}: {stop.reason}"
+                run.mark("pruned", reason)  # no checkpoint of this step: never resumed
+                log.info("%r: %s", run, reason)
+                break
+            checkpoint(tr, step, end)
+            bar.update()
         else:
-            run.mark("pending", f"stopped after step {step} (max_steps_this_call)")
+            if step >= cfg.steps:
+                run.mark("done")
+            else:
+                run.mark("pending", f"stopped after step {step} (max_steps_this_call)")
     last = step if step >= tr.start else None
     status = run.status.get("status", "")
     return RunSummary(
@@ -657,6 +659,7 @@ def train(
     cache_dir: str | Path | None = None,
     max_steps_this_call: int | None = None,
     rerun_failed: bool = False,
+    rerun_damaged: bool = False,
     on_step: StepHook | None = None,
 ) -> RunSummary:
     """Run (or resume, or skip) the run of ``cfg`` in ``store`` under ``experiment``.
@@ -679,13 +682,20 @@ def train(
     cfg = resolve_config(cfg)
     if not isinstance(store, RunStore):
         store = RunStore(store)
-    with store.open_run(experiment, cfg.to_dict(), rerun_failed=rerun_failed) as run:
+    with store.open_run(
+        experiment, cfg.to_dict(), rerun_failed=rerun_failed, rerun_damaged=rerun_damaged
+    ) as run:
         if not run.should_run:
             log.info("%r: nothing to do (%s)", run, run.decision.value)
-            logged = run.read_metrics().records if run.metrics_path.exists() else []
-            last = logged[-1]["step"] if logged else None
+            info = store.run_info(run.experiment, run.run_id)
+            reason = run.reason or info.reason
             return RunSummary(
-                run.run_id, run.path, run.decision.value, run.status.get("status", ""), last
+                run.run_id,
+                run.path,
+                run.decision.value,
+                info.status.value,
+                info.last_step,
+                reason=reason,
             )
         return train_run(
             cfg, run, cache_dir=cache_dir, max_steps_this_call=max_steps_this_call, on_step=on_step

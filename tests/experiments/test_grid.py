@@ -91,6 +91,7 @@ def test_actions_follow_the_store(tmp_path: Path) -> None:
         "done": 1,
         "running": 0,
         "failed": 1,
+        "damaged": 0,
         "pending": 2,
         "pruned": 1,
         "stale": 0,
