@@ -13,8 +13,8 @@ import argparse
 import logging
 
 import torch
-from tqdm import tqdm
 
+from fp8rl.tiny.progress import enable_progress_bars
 from fp8rl.tiny.sft import SFTConfig, base_model_key, build_base_model, default_cache_dir
 from fp8rl.tiny.tasks import FAMILIES
 
@@ -31,15 +31,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     cfg = SFTConfig(preset=args.preset, seed=args.seed, steps=args.steps)
     print(f"base model {base_model_key(cfg)}")
-    bar = tqdm(total=cfg.steps, desc="SFT", unit="step")
-
-    def on_step(step: int, loss: float) -> None:
-        bar.update(1)
-        if step % 20 == 0:
-            bar.set_postfix(loss=f"{loss:.3f}")
-
-    base = build_base_model(cfg, args.cache, on_step=on_step)
-    bar.close()
+    enable_progress_bars()  # SFT steps and the held-out evaluation, on stderr
+    base = build_base_model(cfg, args.cache)
     info = base.info
     print(
         f"\n{base.path}\n{info['params']:,} parameters; SFT {info['train_seconds']} s, "

@@ -20,6 +20,8 @@ Modules:
 - :mod:`~fp8rl.experiments.grid`: ``plan_grid`` (run id, store status, estimated cost per
   point) and the measured-step-time ``CostModel``.
 - :mod:`~fp8rl.experiments.progress`: rich tables and the one-line progress summary.
+- :mod:`~fp8rl.experiments.run_report`: ``run_summary(path)``, one run explained in a few
+  lines (held-out results beside the base, state, recipe, path; ``scripts/show_run.py``).
 - :mod:`~fp8rl.experiments.dispatch`: ``run_one(cfg)``, one run on its backend.
 - :mod:`~fp8rl.experiments.sweeper`: ``GridSweeper``, Hydra's basic sweeper plus
   validation of every point before any run, pending registration, de-duplication,

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from fp8rl.rewards import format_prompt, is_correct, is_well_formed
+from fp8rl.tiny.progress import progress_bar
 from fp8rl.tiny.sampler import Sampler
 from fp8rl.tiny.tasks import FAMILIES, Problem, load_eval_set
 from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID
@@ -150,7 +151,14 @@ def evaluate(
     was_training = model.training
     model.eval()
     try:
-        records = evaluate_problems(model, tokenizer, problems, cfg, max_seq_len, progress)
+        with progress_bar(len(problems) * cfg.k, "eval", unit="answer", leave=False) as bar:
+
+            def counted(n: int) -> None:
+                bar.update(n)
+                if progress is not None:
+                    progress(n)
+
+            records = evaluate_problems(model, tokenizer, problems, cfg, max_seq_len, counted)
     finally:
         model.train(was_training)
     metrics: dict[str, float] = {}

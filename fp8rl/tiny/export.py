@@ -20,6 +20,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from fp8rl.runs.atomic import atomic_directory
+from fp8rl.tiny.progress import transformers_bars_off
 
 __all__ = [
     "EXPORT_INFO_FILE",
@@ -47,8 +48,9 @@ def write_hf_checkpoint(
             f"cannot export: state dict does not match {type(plain).__name__} "
             f"(missing {missing[:5]}, unexpected {unexpected[:5]})"
         )
-    plain.to(torch.float32).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
+    with transformers_bars_off():
+        plain.to(torch.float32).save_pretrained(directory)
+        tokenizer.save_pretrained(directory)
     (directory / EXPORT_INFO_FILE).write_text(json.dumps(info or {}, indent=2, default=str) + "\n")
 
 

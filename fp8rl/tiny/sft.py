@@ -39,6 +39,7 @@ from fp8rl.tiny import tasks
 from fp8rl.tiny.evaluate import EvalConfig, evaluate
 from fp8rl.tiny.export import write_hf_checkpoint
 from fp8rl.tiny.model import PRESETS, build_model
+from fp8rl.tiny.progress import progress_bar, transformers_bars_off
 from fp8rl.tiny.tasks import Problem, training_mix
 from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID, VOCAB_SIZE_PADDED, build_tokenizer, vocabulary
 
@@ -165,18 +166,22 @@ def sft_train(
     )
     model.train()
     losses = []
-    for step in range(cfg.steps):
-        for group in opt.param_groups:
-            group["lr"] = _lr_at(step, cfg)
-        batch = collate([pool[rng.randrange(len(pool))] for _ in range(cfg.batch_size)])
-        loss = model(**batch).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        losses.append(loss.item())
-        if on_step is not None:
-            on_step(step, losses[-1])
+    with progress_bar(cfg.steps, "SFT") as bar:
+        for step in range(cfg.steps):
+            for group in opt.param_groups:
+                group["lr"] = _lr_at(step, cfg)
+            batch = collate([pool[rng.randrange(len(pool))] for _ in range(cfg.batch_size)])
+            loss = model(**batch).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            losses.append(loss.item())
+            if on_step is not None:
+                on_step(step, losses[-1])
+            bar.update()
+            if step % 20 == 0:
+                bar.set_postfix(loss=f"{losses[-1]:.3f}")
     model.eval()
     return losses
 
@@ -188,8 +193,9 @@ def load_base_model(path: str | Path) -> BaseModel:
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"no base model at {path} (config.json missing)")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    with transformers_bars_off():
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        tokenizer = AutoTokenizer.from_pretrained(path)
     info_file = path / INFO_FILE
     info = json.loads(info_file.read_text()) if info_file.is_file() else {}
     return BaseModel(model=model, tokenizer=tokenizer, path=path, info=info)

@@ -1,0 +1,162 @@
+"""The end-of-run summary (fp8rl.experiments.run_report) and scripts/show_run.py: the
+held-out table beside the base, the run's state and recipe, where it lives and the
+command to show it again; runs without an evaluation, stopped runs, and a real tiny run
+whose second (skipped) call gives the same summary from the store."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from fp8rl.config import RunConfig, override
+from fp8rl.experiments.run_report import read_run_report, run_summary, show_run_command
+from fp8rl.runs import RunStatus, RunStore
+from fp8rl.tiny.train import train
+
+from quick_runs import quick
+
+REPO = Path(__file__).resolve().parents[2]
+FAMILIES = ["add_sub", "max_min"]
+
+
+def _config(**changes: object) -> RunConfig:
+    base = {
+        "steps": 4,
+        "eval.every": 2,
+        "eval.limit": 50,
+        "eval.families": FAMILIES,
+        "granularity.training": "blockwise",
+        "granularity.rollout": "block",
+        "clipping.mode": "calibrated",
+    }
+    return override(RunConfig(), {**base, **changes})
+
+
+def _acc(values: dict[str, float]) -> dict[str, float]:
+    data = {f"val-core/{f}/acc/mean@1": v for f, v in values.items()}
+    data |= {f"val-aux/{f}/acc/pass@1": 1.0 for f in values}  # not in the table
+    return data
+
+
+def _run(
+    store: RunStore,
+    cfg: RunConfig,
+    steps: int,
+    evals: dict[int, dict[str, float]],
+    status: RunStatus = RunStatus.DONE,
+    reason: str = "",
+) -> Path:
+    """A run in ``store`` with ``steps`` metrics lines and the given evaluations."""
+    with store.open_run("test", cfg.to_dict()) as run:
+        for step in range(1, steps + 1):
+            run.log_metrics(step, {"critic/score/mean": 0.1 * step})
+        for step, values in evals.items():
+            run.log_eval(step, _acc(values))
+        run.mark(status, reason)
+        return run.path
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RunStore:
+    monkeypatch.chdir(tmp_path)  # paths are shown relative to the working directory
+    return RunStore(Path("runs"))
+
+
+def test_the_table_puts_the_last_evaluation_beside_the_base(store: RunStore) -> None:
+    base = {"add_sub": 0.25, "max_min": 0.5, "all": 0.375}
+    mid = {"add_sub": 0.9, "max_min": 0.9, "all": 0.9}
+    final = {"add_sub": 0.5, "max_min": 0.375, "all": 0.4375}
+    path = _run(store, _config(), 4, {0: base, 2: mid, 4: final})
+
+    report = read_run_report(path)
+    assert (report.base_step, report.final_step, report.metric) == (0, 4, "acc/mean@1")
+    assert [r.name for r in report.rows] == ["add_sub", "max_min", "all"]
+    changes = {r.name: (r.base, r.final, r.change) for r in report.rows}
+    assert changes["add_sub"] == (0.25, 0.5, 0.25)
+    assert changes["max_min"] == (0.5, 0.375, -0.125)
+    assert changes["all"] == pytest.approx((0.375, 0.4375, 0.0625))
+
+    text = run_summary(path)
+    lines = text.splitlines()
+    run_id = path.name
+    assert lines[0] == f"Run test/{run_id}: done, 4 of 4 steps"
+    assert "granularity.training=blockwise" in lines[1] and "clipping.mode=calibrated" in lines[1]
+    assert "granularity.rollout=block" in lines[1]
+    assert "50 items per family" in text
+    header = next(line for line in lines if "step 0 (base)" in line)
+    assert header.split() == ["family", "step", "0", "(base)", "step", "4", "change"]
+    assert next(line for line in lines if "add_sub" in line).split() == [
+        "add_sub", "0.250", "0.500", "+0.250",
+    ]  # fmt: skip
+    assert next(line for line in lines if "max_min" in line).split()[-1] == "-0.125"
+    assert next(line for line in lines if line.strip().startswith("all")).split()[-1] == "+0.062"
+    assert "pass@1" not in text  # val-aux metrics stay out of the table
+    assert f"Run directory: runs/test/{run_id}" in lines
+    assert lines[-1].endswith(f"python scripts/show_run.py runs/test/{run_id}")
+    assert show_run_command(path) == f"python scripts/show_run.py runs/test/{run_id}"
+
+
+def test_a_run_without_evaluation_says_so(store: RunStore) -> None:
+    path = _run(store, _config(**{"eval.every": 0}), 4, {})
+    text = run_summary(path)
+    assert "No held-out evaluation: no eval.jsonl (eval.every=0)." in text
+    assert "step 0 (base)" not in text
+    assert text.splitlines()[0].endswith("done, 4 of 4 steps")
+    assert f"runs/test/{path.name}" in text
+
+
+def test_a_stopped_run_evaluated_only_at_step_0(store: RunStore) -> None:
+    reason = "stopped after step 3 (max_steps_this_call)"
+    base = {"add_sub": 0.25, "max_min": 0.5, "all": 0.375}
+    path = _run(store, _config(steps=10), 3, {0: base}, RunStatus.PENDING, reason)
+    report = read_run_report(path)
+    assert (report.base_step, report.final_step) == (0, None)
+    text = run_summary(path)
+    assert (
+        text.splitlines()[0] == f"Run test/{path.name}: pending, stopped at step 3 of 10; {reason}"
+    )
+    assert "evaluated only at step 0" in text
+    header = next(line for line in text.splitlines() if "step 0 (base)" in line)
+    assert "change" not in header
+    assert next(line for line in text.splitlines() if "add_sub" in line).split() == [
+        "add_sub", "0.250",
+    ]  # fmt: skip
+
+
+def _show_run() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("show_run", REPO / "scripts" / "show_run.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_show_run_prints_the_summary(store: RunStore, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _run(store, _config(), 4, {0: {"all": 0.1}, 4: {"all": 0.2}})
+    show_run = _show_run()
+    assert show_run.main([str(path)]) == 0
+    assert capsys.readouterr().out == run_summary(path) + "\n"
+    assert show_run.main(["runs/test/nope"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and "runs/test/nope" in captured.err
+    assert show_run.main([str(path.parent)]) == 2  # an experiment's directory, not a run's
+    assert "is not a run directory" in capsys.readouterr().err
+
+
+def test_a_real_run_and_its_skipped_second_call_give_one_summary(
+    store: RunStore, cache: Path
+) -> None:
+    cfg = quick(**{"eval.every": 2})
+    first = train(cfg, store, "test", cache_dir=cache)
+    after_run = run_summary(first.path)
+    second = train(cfg, store, "test", cache_dir=cache)
+    assert second.decision == "skip"
+    assert run_summary(second.path) == after_run
+    report = read_run_report(first.path)
+    assert (report.base_step, report.final_step) == (0, 2)
+    assert [r.name for r in report.rows] == ["add_sub", "max_min", "all"]
+    assert all(r.change == r.final - r.base for r in report.rows)  # type: ignore[operator]
+    assert after_run.splitlines()[0] == f"Run test/{first.run_id}: done, 2 of 2 steps"
