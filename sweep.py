@@ -42,6 +42,7 @@ from fp8rl.experiments.dispatch import run_one
 from fp8rl.experiments.grid import one_line
 from fp8rl.experiments.preflight import check_runs_dir, preflight
 from fp8rl.experiments.progress import grid_report, plan_table, report_table
+from fp8rl.experiments.run_report import run_summary
 from fp8rl.experiments.schema import ConfigError, register_configs
 from fp8rl.experiments.search import SearchSpecError, load_search_spec, run_search
 from fp8rl.experiments.sweeper import launcher_workers
@@ -204,11 +205,19 @@ def search(spec_path: str, overrides: list[str], n_trials: int | None, debug: bo
 @hydra.main(config_path="experiments/conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> dict:
     """One run (Hydra calls this once per grid point)."""
+    hydra_cfg = HydraConfig.get()
+    single = hydra_cfg.mode == RunMode.RUN
+    basic = str(hydra_cfg.launcher.get("_target_", "")).endswith("BasicLauncher")
+    if basic and sys.stderr.isatty():
+        # Bars for the long phases (fp8rl.tiny.progress) on a terminal, in this process
+        # only: the workers of a parallel launcher would draw over each other; logs and
+        # pipes get the periodic log lines instead.
+        os.environ.setdefault("FP8RL_PROGRESS", "1")
     try:
         summary = run_one(cfg)
     except ConfigError as exc:
         sys.exit(f"sweep.py: config error: {one_line(str(exc))}")
-    if summary.decision == "damaged" and HydraConfig.get().mode == RunMode.RUN:
+    if summary.decision == "damaged" and single:
         # a grid reports its damaged runs at its end (GridSweeper); a single run here
         sys.exit(
             f"sweep.py: run {cfg.experiment_name}/{summary.run_id} is damaged: {summary.reason}"
@@ -218,9 +227,10 @@ def main(cfg: DictConfig) -> dict:
         f"(last step {summary.last_step})"
     )
     log.info("%s", line)
-    for key, value in sorted(summary.eval.items()):
-        if key.startswith("val-core/"):
-            log.info("  %s = %.3f", key, value)
+    if single and summary.decision != "locked":
+        # what the run scored beside its base, where it lives, how to see it again (the
+        # same text from the store on a second call); a grid ends with its table instead
+        log.info("\n%s", run_summary(summary.path))
     return {
         "run_id": summary.run_id,
         "path": str(summary.path),

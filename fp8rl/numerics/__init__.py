@@ -10,7 +10,7 @@
 * :mod:`.stats` — amax, scales, saturation and underflow, per layer.
 """
 
-from fp8rl.numerics import _quiet
+from fp8rl import _quiet
 
 _quiet.install()  # before torchao is imported below: its CUDA-only kernels cannot load on CPU
 

@@ -1,4 +1,4 @@
-"""Importing the numerics on CPU prints none of the pinned stack's import-time noise (torchao's
+"""Importing fp8rl on CPU prints none of the pinned stack's import-time noise (torchao's
 CUDA-only kernel libraries, torch's pytree deprecation notice), and nothing else is hidden."""
 
 from __future__ import annotations
@@ -7,19 +7,30 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from room_rules import REPO
 
 CODE = """
 import logging
-import fp8rl.numerics  # imports torchao
+{first}
 logging.getLogger("torchao").warning("Failed to load something else: kept")
 logging.getLogger("torch.utils._pytree").warning("another pytree warning: kept")
 """
 
 
-def test_import_noise_is_filtered_and_other_warnings_are_kept() -> None:
+@pytest.mark.parametrize(
+    "first",
+    [
+        "import fp8rl.numerics  # imports torchao",
+        # scripts/build_base_model.py's order: transformers imports torchao by itself
+        "import fp8rl.tiny.progress; import fp8rl.tiny.sft",
+    ],
+)
+def test_import_noise_is_filtered_and_other_warnings_are_kept(first: str) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    out = subprocess.run([sys.executable, "-c", CODE], env=env, capture_output=True, text=True)
+    code = CODE.format(first=first)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "_C_mxfp8" not in out.stderr and "_C_cutlass" not in out.stderr
     assert "register_constant()" not in out.stderr

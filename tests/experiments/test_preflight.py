@@ -1,0 +1,95 @@
+"""Everything sweep.py can check before Hydra starts fails as one line naming the key or path
+and what would be accepted, and writes nothing."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from fp8rl.experiments.preflight import check_runs_dir, preflight
+from fp8rl.experiments.schema import ConfigError
+
+
+def tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["steps=-1"], "steps=-1 is out of range: need 1 <= x"),
+        (["seed=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
+        (["eval.limit=-5"], "eval.limit=-5 is out of range: need 1 <= x"),
+        (["clipping.perod=5"], "Could not override 'clipping.perod'"),
+        (["algorithm.eps_high=5.0"], "keys: algorithm.eps_low, algorithm.eps_high"),
+        (["seed=0,1"], "seed=0,1 lists several values: add -m to run them as a grid"),
+        (
+            ["-m", "seed=0,1", "steps=-1"],
+            "2 of 2 grid points cannot run; nothing was started: steps=-1 is out of range: "
+            "need 1 <= x [all points]",
+        ),
+        (
+            ["-m", "clipping.smoothing=0.5,1.5"],
+            "1 of 2 grid points cannot run; nothing was started: clipping.smoothing=1.5 is out "
+            "of range",
+        ),
+    ],
+)
+def test_bad_commands_fail_in_one_line_before_anything_is_written(
+    tmp_path: Path, args: list[str], expected: str
+) -> None:
+    runs = tmp_path / "runs"
+    with pytest.raises(ConfigError) as err:
+        preflight(["+experiment=test", f"runs_dir={runs}", *args])
+    message = str(err.value)
+    assert expected in message
+    assert "\n" not in message
+    assert not runs.exists()
+
+
+def test_a_preset_grid_is_checked_point_by_point(tmp_path: Path) -> None:
+    """+experiment=table2 sets hydra.mode=MULTIRUN: a grid without -m."""
+    with pytest.raises(ConfigError, match=r"^24 of 24 grid points cannot run.*\[all points\]$"):
+        preflight(["+experiment=table2", f"runs_dir={tmp_path / 'runs'}", "steps=-1"])
+
+
+def test_a_good_command_is_planned(tmp_path: Path) -> None:
+    checked = preflight(["-m", "+experiment=test", f"runs_dir={tmp_path}", "seed=0,1"])
+    assert checked.multirun and [p.action for p in checked.plan.points] == ["start", "start"]
+    single = preflight(["+experiment=test", f"runs_dir={tmp_path}"])
+    assert not single.multirun and len(single.plan.points) == 1
+    assert tree(tmp_path) == []
+
+
+def test_runs_dir_must_be_a_directory(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for runs_dir, what in ((afile, "is a file"), (afile / "sub", f"lies under a file ({afile})")):
+        with pytest.raises(ConfigError, match=re.escape(f"runs_dir={runs_dir} {what}: need a")):
+            check_runs_dir(runs_dir, write=False)
+    check_runs_dir(tmp_path / "new" / "dir", write=True)  # to be created: fine
+    assert not (tmp_path / "new").exists()
+
+
+def test_runs_dir_must_be_writable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    if os.geteuid() == 0:  # root writes anywhere: make the write fail as a read-only mount does
+
+        def refuse(*args: object, **kwargs: object) -> tuple[int, str]:
+            raise PermissionError(13, "Permission denied")
+
+        monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    try:
+        with pytest.raises(
+            ConfigError, match=r"runs_dir=.*locked/runs cannot be written \(.*: Permission denied\)"
+        ):
+            check_runs_dir(locked / "runs", write=True)
+        check_runs_dir(locked, write=False)  # --status and --dry-run only read
+    finally:
+        locked.chmod(0o755)

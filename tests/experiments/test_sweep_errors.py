@@ -1,0 +1,122 @@
+"""sweep.py as a user meets it when something is wrong: every user error is one line on
+stderr, a non-zero exit, no traceback (unless --debug) and an unchanged run store; a grid
+that includes a damaged run reports it, runs the others and exits non-zero; the damaged run
+is re-run only when asked, and the re-run is checked against what it had finished with."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fp8rl.experiments.compose import compose
+from fp8rl.experiments.dispatch import run_one
+from fp8rl.runs import RunStatus, RunStore
+
+from room_rules import REPO
+
+SPEC = "sweeps/hparams_search/calibration.yaml"
+
+
+def sweep(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run(
+        [sys.executable, str(REPO / "sweep.py"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>"
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["-m", "seed=0,1", "steps=-1"], "steps=-1 is out of range: need 1 <= x [all points]"),
+        (["seed=abc"], "could not be converted to Integer"),
+        (["algorithm.eps_high=5.0"], "need L in [0.5, 0.99] and H in [1.01, 2.0]"),
+        (["runs_dir={afile}"], "runs_dir={afile} is a file: need a directory"),
+        (["--status", "runs_dir={afile}"], "runs_dir={afile} is a file: need a directory"),
+        (["--search", "nope.yaml"], "no such spec file: nope.yaml"),
+        (["--search", SPEC, "--n-trials", "abc"], "need a whole number of trials >= 1"),
+    ],
+)
+def test_a_user_error_is_one_line_and_writes_nothing(
+    tmp_path: Path, args: list[str], expected: str
+) -> None:
+    runs = tmp_path / "runs"
+    (runs / "test").mkdir(parents=True)
+    (runs / "test" / "keep.txt").write_text("results someone cares about")
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    args = [a.format(afile=afile) for a in args]
+    before = tree(tmp_path)
+    where = [] if any(a.startswith("runs_dir=") for a in args) else [f"runs_dir={runs}"]
+    out = sweep(REPO, *args, "+experiment=test", *where)
+    assert out.returncode == 2, out.stderr
+    assert out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert expected.format(afile=afile) in lines[0]
+    assert tree(tmp_path) == before  # no run directory, no Hydra log folder
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    out = sweep(REPO, "--debug", "+experiment=test", f"runs_dir={tmp_path}", "steps=-1")
+    assert out.returncode != 0 and "Traceback" in out.stderr
+    assert "steps=-1 is out of range" in out.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_grid_with_a_damaged_run_runs_the_others(tmp_path: Path, cache: Path) -> None:
+    root = tmp_path / "runs"
+    common = ["+experiment=test", f"runs_dir={root}", f"cache_dir={cache}"]
+    threads = torch.get_num_threads()
+    try:
+        paths = [run_one(compose([*common, f"seed={s}"])).path for s in (0, 1)]
+    finally:
+        torch.set_num_threads(threads)
+    cut, restorable = paths
+    raw = (cut / "metrics.jsonl").read_bytes()
+    (cut / "metrics.jsonl").write_bytes(raw[: len(raw) // 2])  # cut mid-file
+    (restorable / "config.yaml").unlink()
+    damaged_files = tree(cut)
+
+    status = sweep(tmp_path, "--status", *common, "seed=0,1,2")
+    assert status.returncode == 0, status.stderr
+    assert "0/3 done, 0 running, 0 failed, 2 damaged, 1 pending" in status.stdout
+    assert "metrics.jsonl ends in a cut line" in status.stdout
+    assert "a re-run of its config restores config.yaml" in status.stdout
+
+    grid = sweep(tmp_path, "-m", *common, "seed=0,1,2")
+    assert grid.returncode == 1
+    assert "Traceback" not in grid.stderr
+    assert "1 run(s) of the grid failed or are damaged" in grid.stderr
+    assert f"{cut.name} (seed=0) damaged: metrics.jsonl ends in a cut line" in grid.stderr
+    assert "rerun_damaged=true" in grid.stderr
+    store = RunStore(root)
+    states = {i.run_id: i.status for i in store.list_runs("test")}
+    assert states.pop(cut.name) is RunStatus.DAMAGED
+    assert states.pop(restorable.name) is RunStatus.DONE  # config.yaml restored, no compute
+    assert list(states.values()) == [RunStatus.DONE]  # seed=2 ran despite the damaged run
+    assert tree(cut) == damaged_files  # nothing touched without the flag
+
+    again = sweep(tmp_path, *common, "seed=0", "rerun_damaged=true")
+    assert again.returncode == 0, again.stderr
+    info = store.run_info("test", cut.name)
+    assert info.status is RunStatus.DONE
+    assert info.reason == "re-run from scratch: reproduces what it had finished with"
+    assert (cut / "metrics.jsonl").read_bytes().count(b"\n") == raw.count(b"\n")
