@@ -19,12 +19,17 @@ model preset, training recipe, rollout scaling, rollout batch) and torch threads
 such a run, the backend's default (``fp8rl.tiny.backend.TinyCost``). The backend's cost
 model adds its per-run overhead, evaluations, and a one-time set-up shared by runs (the
 tiny base model's SFT when it is not in the cache), counted once per grid.
+
+One cost for the dry run and the status: :func:`plan_resolved` gives a point's remaining
+cost from what the store says (``sweep.py --dry-run`` through :func:`plan_grid`,
+``--status`` through :meth:`GridPlan.now`, which plans the same points again against the
+store as it is then), and :func:`eta_s` divides a total over the workers for both.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,9 +37,9 @@ from typing import Any
 from omegaconf import DictConfig
 
 from fp8rl.config import RunConfig
-from fp8rl.experiments.backends import ResolvedRun, get_backend, resolve_run
+from fp8rl.experiments.backends import ResolvedRun, RunCost, get_backend, resolve_run
 from fp8rl.experiments.dispatch import resume_threads_problem, run_threads
-from fp8rl.experiments.schema import ConfigError
+from fp8rl.experiments.schema import ConfigError, ExperimentConfig
 from fp8rl.runs import (
     RunInfo,
     RunStatus,
@@ -46,12 +51,22 @@ from fp8rl.runs import (
 from fp8rl.runs.jsonl import read_step_log
 
 __all__ = [
+    "COSTED_ACTIONS",
     "CostModel",
     "GridPlan",
     "GridPoint",
+    "busy_workers",
+    "eta_s",
     "plan_grid",
     "plan_point",
+    "plan_resolved",
+    "remaining_s",
+    "setup_s",
+    "store_action",
 ]
+
+#: Actions whose run has compute left: the ones a point's estimate counts.
+COSTED_ACTIONS = ("start", "resume", "retry", "running", "repair", "rerun")
 
 
 def _cost_key(resolved: RunConfig, threads: int | None) -> tuple | None:
@@ -158,6 +173,45 @@ class GridPlan:
     def total_s(self) -> float:
         return sum(p.est_s for p in self.points) + self.base_build_s
 
+    def eta_s(self, workers: int = 1) -> float:
+        """:attr:`total_s` over the workers that can be busy (:func:`eta_s`)."""
+        return eta_s([p.est_s for p in self.points], self.base_build_s, workers)
+
+    def now(
+        self,
+        *,
+        costs: CostModel | None = None,
+        store: RunStore | None = None,
+        known: Mapping[str, RunInfo] | None = None,
+    ) -> GridPlan:
+        """This grid planned again against the run store as it is now: every point's action,
+        steps done and remaining cost by :func:`plan_resolved` (what the dry run used), and
+        the one-time set-ups still missing. ``costs``: by default rebuilt from each point's
+        whole ``runs_dir`` (measured step times as they appear). ``store``/``known``: for a
+        plan of one experiment in one store, that store and its runs already read (by run
+        id). Duplicates stay duplicates; a thread-count mismatch is not raised here."""
+        models: dict[str, CostModel] = {}
+        points: list[GridPoint] = []
+        for p in self.points:
+            if p.action == "duplicate":
+                points.append(p)
+                continue
+            runs_dir = str(p.resolved.experiment.runs_dir)
+            if costs is None and runs_dir not in models:
+                models[runs_dir] = CostModel.from_store(runs_dir)
+            points.append(
+                plan_resolved(
+                    p.resolved,
+                    index=p.index,
+                    overrides=p.overrides,
+                    costs=costs or models[runs_dir],
+                    store=store,
+                    known=known,
+                    strict=False,
+                )
+            )
+        return GridPlan(points, self.varying, setup_s(points))
+
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for p in self.points:
@@ -202,8 +256,80 @@ def plan_point(
     store: RunStore | None = None,
 ) -> GridPoint:
     """Plan one composed config (validates it: raises ConfigError)."""
-    resolved = resolve_run(cfg)
-    exp, run_cfg, plain = resolved.experiment, resolved.config, resolved.plain
+    return plan_resolved(
+        resolve_run(cfg), index=index, overrides=overrides, costs=costs, store=store
+    )
+
+
+def store_action(
+    info: RunInfo, steps: int, *, rerun_failed: bool = False, rerun_damaged: bool = False
+) -> tuple[str, int]:
+    """(action, steps already done) for a run the store has a status record of: what an
+    invocation would do with it (see the module's docstring). A live run's steps done are
+    its last logged step; a run started or resumed next counts from its latest checkpoint."""
+    if info.status is RunStatus.DAMAGED:
+        return _damaged_action(info, rerun_damaged)
+    if info.stale:
+        return ("stale" if info.status is RunStatus.DONE else "start"), 0
+    if info.status is RunStatus.DONE:
+        return "skip", info.last_step or steps
+    if info.status is RunStatus.PRUNED:
+        return "pruned", 0
+    if info.status is RunStatus.FAILED and not rerun_failed:
+        return "failed", 0
+    if info.status is RunStatus.RUNNING and not info.crashed:
+        return "running", min(info.last_step or 0, steps)
+    # pending, crashed, or failed with rerun_failed: started or resumed next
+    checkpoint = latest_checkpoint(info.path / "checkpoints")
+    done = 0 if checkpoint is None else checkpoint_step(checkpoint)
+    if info.status is RunStatus.FAILED:
+        return "retry", done
+    return ("start" if checkpoint is None else "resume"), done
+
+
+def remaining_s(cost: RunCost, step_s: float, action: str, steps: int, done: int) -> float:
+    """A run's remaining cost in seconds: what the dry run and the status both count (0 for
+    an action without compute left)."""
+    return cost.run_s(step_s, steps - done) if action in COSTED_ACTIONS else 0.0
+
+
+def setup_s(points: Iterable[GridPoint]) -> float:
+    """The one-time set-ups (tiny: base-model builds) that points about to run still need,
+    each counted once."""
+    missing = {
+        p.setup_key: p.resolved.cost().setup_s for p in points if p.runs and not p.setup_done
+    }
+    return sum(missing.values())
+
+
+def busy_workers(costs: Iterable[float], workers: int) -> int:
+    """Workers that can be busy: no more than the runs with a cost left, at least one."""
+    return max(1, min(workers, sum(1 for c in costs if c > 0)))
+
+
+def eta_s(costs: Iterable[float], setup: float, workers: int) -> float:
+    """Wall-clock estimate: the runs' remaining costs plus the one-time set-ups, over the
+    workers that can be busy (the dry run's and the status's ETA)."""
+    costs = list(costs)
+    return (sum(costs) + setup) / busy_workers(costs, workers)
+
+
+def plan_resolved(
+    resolved: ResolvedRun,
+    *,
+    index: int = 0,
+    overrides: list[str] | None = None,
+    costs: CostModel | None = None,
+    store: RunStore | None = None,
+    known: Mapping[str, RunInfo] | None = None,
+    strict: bool = True,
+) -> GridPoint:
+    """Plan one resolved run against the store as it is now: its action, steps done and
+    remaining cost (:func:`remaining_s`). ``known``: the experiment's runs already read
+    from ``store``, by run id (read from the store when None). ``strict``: raise
+    ConfigError when the run cannot resume with the configured thread count."""
+    exp: ExperimentConfig = resolved.experiment
+    run_cfg, plain = resolved.config, resolved.plain
     store = store or RunStore(exp.runs_dir)
     experiment = exp.experiment_name
     run_id = store.run_id(plain)
@@ -215,30 +341,15 @@ def plan_point(
     step_s, source = costs.step_seconds(run_cfg, threads)
     action, status, reason, done = "start", None, "", 0
     if (path / "status.json").exists():
-        info = store.run_info(experiment, run_id)
+        info = known.get(run_id) if known is not None else None
+        info = info or store.run_info(experiment, run_id)
         status, reason = info.status.value, info.reason
         problem = resume_threads_problem(info, threads)
-        if problem:
+        if problem and strict:
             raise ConfigError(problem)
-        checkpoint = latest_checkpoint(path / "checkpoints")
-        if info.status is RunStatus.DAMAGED:
-            action, done = _damaged_action(info, exp.rerun_damaged)
-        elif info.stale:
-            action = "stale" if info.status is RunStatus.DONE else "start"
-        elif info.status is RunStatus.DONE:
-            action, done = "skip", info.last_step or steps
-        elif info.status is RunStatus.PRUNED:
-            action = "pruned"
-        elif info.status is RunStatus.FAILED and not exp.rerun_failed:
-            action = "failed"
-        elif info.status is RunStatus.RUNNING and not info.crashed:
-            action = "running"
-        else:  # pending, crashed, or failed with rerun_failed: started or resumed next
-            done = 0 if checkpoint is None else checkpoint_step(checkpoint)
-            if info.status is RunStatus.FAILED:
-                action = "retry"
-            else:
-                action = "start" if checkpoint is None else "resume"
+        action, done = store_action(
+            info, steps, rerun_failed=exp.rerun_failed, rerun_damaged=exp.rerun_damaged
+        )
     elif _has_stale(store, experiment, plain):
         action = "stale"
     cost = resolved.cost()
@@ -264,8 +375,7 @@ def plan_point(
         setup_done=cost.setup_done,
         unused=resolved.unused,
     )
-    if point.action in ("start", "resume", "retry", "running", "repair", "rerun"):
-        point.est_s = cost.run_s(step_s, steps - done)
+    point.est_s = remaining_s(cost, step_s, action, steps, done)
     return point
 
 
@@ -350,7 +460,4 @@ def plan_grid(
             if len({o for p in planned for o in p.overrides if _override_key(o) == k}) > 1
         }
     )
-    missing = {
-        p.setup_key: p.resolved.cost().setup_s for p in planned if p.runs and not p.setup_done
-    }
-    return GridPlan(planned, varying, sum(missing.values()))
+    return GridPlan(planned, varying, setup_s(planned))

@@ -11,9 +11,13 @@ Display states: ``done``, ``running`` (a live process holds it), ``failed``, ``d
 do; ``fp8rl.runs.store``), ``pending``
 (registered, interrupted, or crashed: the next invocation resumes it), ``pruned``,
 ``stale`` (done under another results version), and ``not started`` for grid points with
-no directory yet (counted as pending). The ETA is the remaining estimated cost (measured
-seconds per step where the store has them: :class:`~fp8rl.experiments.grid.CostModel`)
-divided by the number of parallel workers.
+no directory yet (counted as pending). The remaining cost is the dry run's: the plan's points
+planned again against the store as it is now (:meth:`~fp8rl.experiments.grid.GridPlan.now`:
+measured seconds per step of the whole ``runs_dir`` where the store has them, the base-model
+builds still missing counted once), so for a grid that has not started the status and the dry
+run agree; the ETA divides it over the workers the same way
+(:func:`~fp8rl.experiments.grid.eta_s`). Elapsed time runs from the first run's creation to
+now, or, once no run is running or pending, to the last run's end.
 """
 
 from __future__ import annotations
@@ -29,8 +33,18 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 
 from fp8rl.config import RunConfig
+from fp8rl.experiments.backends import get_backend
 from fp8rl.experiments.dispatch import run_threads
-from fp8rl.experiments.grid import CostModel, GridPlan, stored_config
+from fp8rl.experiments.grid import (
+    CostModel,
+    GridPlan,
+    busy_workers,
+    eta_s,
+    remaining_s,
+    store_action,
+    stored_config,
+)
+from fp8rl.experiments.schema import ConfigError
 from fp8rl.runs import RunInfo, RunStatus, RunStore
 
 __all__ = [
@@ -107,20 +121,30 @@ class GridReport:
     started_at: float | None  # epoch seconds of the earliest run creation
     workers: int = 1
     counts: dict[str, int] = field(default_factory=dict)
+    setup_s: float = 0.0  # one-time set-ups still missing (tiny: base-model builds)
+    finished_at: float | None = None  # epoch seconds the last run ended, once none is left
 
     @property
     def remaining_s(self) -> float:
-        return sum(r.est_remaining_s for r in self.rows if r.state in ("running", "pending"))
+        """The rows' remaining costs (0 for runs that will not run) plus the set-ups."""
+        return sum(r.est_remaining_s for r in self.rows) + self.setup_s
+
+    @property
+    def workers_busy(self) -> int:
+        return busy_workers([r.est_remaining_s for r in self.rows], self.workers)
 
     @property
     def eta_s(self) -> float:
-        """Remaining cost over the workers that can be busy (no more than runs left)."""
-        left = sum(1 for r in self.rows if r.state in ("running", "pending"))
-        return self.remaining_s / max(1, min(self.workers, left))
+        """Remaining cost over the workers that can be busy (as the dry run divides it)."""
+        return eta_s([r.est_remaining_s for r in self.rows], self.setup_s, self.workers)
 
     @property
     def elapsed_s(self) -> float | None:
-        return None if self.started_at is None else max(0.0, time.time() - self.started_at)
+        """From the start to now, or to the last run's end once the grid has ended."""
+        if self.started_at is None:
+            return None
+        end = time.time() if self.finished_at is None else self.finished_at
+        return max(0.0, end - self.started_at)
 
 
 def _epoch(stamp: Any) -> float | None:
@@ -141,42 +165,42 @@ def grid_report(
     started_at: float | None = None,
 ) -> GridReport:
     """The state of an experiment's runs now: every run in its directory (or only the
-    plan's with ``only_plan``), plus the plan's points that have no directory yet.
-    Remaining time per run uses the step times measured so far in this experiment (the
-    plan's estimate until a run like it has logged steps).
-    ``started_at`` (epoch seconds) sets the start of "elapsed"; by default the earliest
-    creation time of the runs shown."""
+    plan's with ``only_plan``), plus the plan's points of this experiment that have no
+    directory yet. Remaining cost: the plan's points of this experiment planned again
+    against the store now (:meth:`GridPlan.now`, the dry run's cost function), with
+    ``costs`` or else a cost model of the whole ``runs_dir``; the base-model builds still
+    missing are counted once. ``started_at`` (epoch seconds) sets the start of "elapsed";
+    by default the earliest creation time of the runs shown. Once no run is running or
+    pending, elapsed ends at the latest end (``finished_at``, else ``updated_at``) of the
+    runs shown."""
     store = RunStore(runs_dir)
     infos = {i.run_id: i for i in store.list_runs(experiment)}
     if costs is None:
-        costs = CostModel()
-        costs.add_runs(infos.values())
+        costs = CostModel.from_store(runs_dir)
     rows: list[ReportRow] = []
     planned: set[str] = set()
-    for point in plan.points if plan else []:
-        if point.action == "duplicate" or point.run_id in planned:
-            continue
-        planned.add(point.run_id)
-        info = infos.get(point.run_id)
-        state = _state(info) if info else "not started"
-        step = info.last_step if info else None
-        left = point.steps - (step or 0)
-        run_cfg = point.resolved.config
-        per_step = costs.measured_step_seconds(run_cfg, point.threads) or point.step_s
-        overhead = point.resolved.cost().overhead_s if step is None else 0.0
-        remaining = left * per_step + overhead
-        rows.append(
-            ReportRow(
-                point.run_id,
-                plan.label(point) if plan.varying else _describe(run_cfg),
-                state,
-                step,
-                point.steps,
-                _reason(info) if info else "",
-                remaining if state in ("running", "pending", "not started") else 0.0,
-                point.index,
+    setup = 0.0
+    if plan is not None:
+        mine = [p for p in plan.points if p.experiment == experiment]
+        now = GridPlan(mine, plan.varying, 0.0).now(costs=costs, store=store, known=infos)
+        setup = now.base_build_s
+        for point in now.points:
+            if point.action == "duplicate" or point.run_id in planned:
+                continue
+            planned.add(point.run_id)
+            info = infos.get(point.run_id)
+            rows.append(
+                ReportRow(
+                    point.run_id,
+                    plan.label(point) if plan.varying else _describe(point.resolved.config),
+                    _state(info) if info else "not started",
+                    info.last_step if info else None,
+                    point.steps,
+                    _reason(info) if info else "",
+                    point.est_s,
+                    point.index,
+                )
             )
-        )
     if not only_plan:
         for run_id, info in infos.items():
             if run_id in planned:
@@ -186,8 +210,7 @@ def grid_report(
             state = _state(info)
             remaining = 0.0
             if state in ("running", "pending") and cfg is not None:
-                per_step, _ = costs.step_seconds(cfg, run_threads(info))
-                remaining = (steps - (info.last_step or 0)) * per_step
+                remaining = _stored_remaining_s(info, cfg, costs)
             rows.append(
                 ReportRow(
                     run_id,
@@ -207,13 +230,28 @@ def grid_report(
         if row.state == "not started":
             row.state = "pending"
             row.reason = row.reason or "not started"
-    starts = [
-        _epoch(infos[r.run_id].status_record.get("created_at")) for r in rows if r.run_id in infos
-    ]
-    starts = [s for s in starts if s is not None]
+    records = [infos[r.run_id].status_record for r in rows if r.run_id in infos]
+    starts = [s for s in (_epoch(rec.get("created_at")) for rec in records) if s is not None]
     if started_at is None and starts:
         started_at = min(starts)
-    return GridReport(experiment, rows, started_at, workers, counts)
+    finished_at = None
+    if not any(r.state in ("running", "pending") for r in rows):
+        ends = [_epoch(rec.get("finished_at") or rec.get("updated_at")) for rec in records]
+        finished_at = max((e for e in ends if e is not None), default=None)
+    return GridReport(experiment, rows, started_at, workers, counts, setup, finished_at)
+
+
+def _stored_remaining_s(info: RunInfo, cfg: RunConfig, costs: CostModel) -> float:
+    """The remaining cost of a run outside the plan, from its stored config (the plan's
+    cost function; 0 for a backend not available here)."""
+    steps = cfg.steps if cfg.task == "train" else 0
+    action, done = store_action(info, steps)
+    try:
+        step_s, _ = costs.step_seconds(cfg, run_threads(info))
+        cost = get_backend(cfg.backend.name).cost(cfg)
+    except ConfigError:
+        return 0.0
+    return remaining_s(cost, step_s, action, steps, done)
 
 
 def summary_line(report: GridReport) -> str:
@@ -265,7 +303,7 @@ def plan_table(plan: GridPlan, *, workers: int = 1) -> Table:
     """The dry run: every grid point with its run id, what an invocation would do, and its
     estimated cost; the title totals it."""
     counts = ", ".join(f"{n} {a}" for a, n in sorted(plan.counts().items()))
-    workers = max(1, min(workers, sum(p.runs for p in plan.points)))
+    busy = busy_workers([p.est_s for p in plan.points], workers)
     build = (  # part of total_s, named so the reader sees the one-time set-up
         f" (of which {format_seconds(plan.base_build_s)} to build base models)"
         if plan.base_build_s
@@ -274,7 +312,7 @@ def plan_table(plan: GridPlan, *, workers: int = 1) -> Table:
     title = (
         f"{len(plan.points)} grid points ({counts}); estimated "
         f"{format_seconds(plan.total_s)} of compute{build} -> about "
-        f"{format_seconds(plan.total_s / max(workers, 1))} with {workers} worker(s)"
+        f"{format_seconds(plan.eta_s(workers))} with {busy} worker(s)"
     )
     table = Table(title=title, title_justify="left")
     for name in ("#", "point", "experiment", "run id", "action", "steps", "s/step", "cost"):

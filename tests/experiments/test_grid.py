@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import torch
 from fp8rl.experiments.compose import Composer, expand_grid
 from fp8rl.experiments.grid import CostModel, plan_grid
 from fp8rl.experiments.progress import (
+    format_seconds,
     grid_report,
     plan_table,
     report_table,
@@ -173,3 +175,78 @@ def test_a_crashed_run_counts_as_pending_and_says_so(tmp_path: Path) -> None:
     assert report.counts["pending"] == 1 and report.counts["running"] == 0
     assert "crashed" in report.rows[0].reason
     assert planned(["seed=0"], tmp_path).points[0].action == "start"  # no checkpoint: restart
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_dry_run_and_status_agree_on_an_unstarted_grid(tmp_path: Path, workers: int) -> None:
+    plan = planned(["granularity=blockwise", "granularity.block_size=null,4,8"], tmp_path)
+    assert plan.base_build_s > 0  # the empty cache: the base model's build is counted once
+    report = grid_report(tmp_path / "runs", "test", plan, workers=workers)
+    assert report.remaining_s == plan.total_s
+    assert report.eta_s == plan.eta_s(workers)
+    assert report.eta_s == plan.total_s / workers  # two runs (one point is a duplicate)
+    eta = format_seconds(plan.eta_s(workers))
+    title = " ".join(to_text(plan_table(plan, workers=workers)).split())
+    assert f"about {eta} with {workers} worker(s)" in title
+    assert f"ETA {eta}" in summary_line(report)
+
+
+def test_dry_run_and_status_agree_while_runs_progress(tmp_path: Path) -> None:
+    grid = ["seed=0,1,2,3"]
+    before = planned(grid, tmp_path)  # what a running grid's sweeper planned at its start
+    store = RunStore(tmp_path / "runs")
+    p0, p1, p2, _ = before.points
+    with store.open_run("test", p0.config) as run:
+        run.log_metrics(1, {"timing_s/step": 0.5})
+        run.log_metrics(2, {"timing_s/step": 0.5})
+        run.mark("done")
+    with store.open_run("test", p1.config) as run:  # stopped after step 1, checkpointed
+        run.log_metrics(1, {"timing_s/step": 0.6})
+        run.save_checkpoint(1, {"w": torch.zeros(1)})
+        run.mark("pending", "stopped")
+    with store.open_run("test", p2.config) as live:  # running now, in this process
+        live.log_metrics(1, {"timing_s/step": 0.7})
+        plan = planned(grid, tmp_path)  # the dry run now
+        assert [p.action for p in plan.points] == ["skip", "resume", "running", "start"]
+        assert plan.points[3].cost_source == "measured (3 runs)"
+        assert plan.points[2].est_s == pytest.approx(RUN_OVERHEAD_S + 1 * 0.6)  # 1 step left
+        for used in (plan, before):  # sweep.py --status plans anew; the sweeper does not
+            for workers in (1, 2):
+                report = grid_report(tmp_path / "runs", "test", used, workers=workers)
+                assert report.remaining_s == plan.total_s
+                assert report.eta_s == plan.eta_s(workers)
+                assert report.finished_at is None
+        by_id = {r.run_id: r for r in report.rows}
+        assert [by_id[p.run_id].state for p in plan.points] == [
+            "done",
+            "pending",
+            "running",
+            "pending",
+        ]
+        assert [by_id[p.run_id].est_remaining_s for p in plan.points] == [
+            p.est_s for p in plan.points
+        ]
+
+
+def test_elapsed_stops_when_the_grid_ends(tmp_path: Path, monkeypatch) -> None:
+    plan = planned(["seed=0,1"], tmp_path)
+    store = RunStore(tmp_path / "runs")
+    with store.open_run("test", plan.points[0].config) as run:
+        run.mark("done")
+    now = time.time()
+    monkeypatch.setattr(time, "time", lambda: now)
+    going = grid_report(tmp_path / "runs", "test", plan)  # one point not started: still going
+    assert going.finished_at is None
+    first = going.elapsed_s
+    monkeypatch.setattr(time, "time", lambda: now + 600)
+    assert going.elapsed_s == pytest.approx(first + 600)
+
+    with store.open_run("test", plan.points[1].config) as run:
+        run.mark("failed", "boom")  # ended too: nothing running or pending
+    done = grid_report(tmp_path / "runs", "test", plan)
+    elapsed = done.elapsed_s
+    assert done.finished_at is not None and elapsed is not None and elapsed < 60
+    monkeypatch.setattr(time, "time", lambda: now + 7200)
+    assert done.elapsed_s == elapsed
+    assert grid_report(tmp_path / "runs", "test", plan).elapsed_s == elapsed
+    assert done.remaining_s == 0 and done.eta_s == 0
