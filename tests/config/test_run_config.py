@@ -183,16 +183,20 @@ def test_every_declared_range_is_enforced_naming_the_key() -> None:
         assert f"{key}=" in str(err.value) and "out of range" in str(err.value), key
 
 
-def test_out_of_range_values_are_refused_through_the_tree_before_compute() -> None:
-    """A seeded sample of the same cases as command-line overrides of the Hydra tree."""
+def test_out_of_range_values_are_refused_through_the_tree_before_compute(tmp_path) -> None:
+    """A seeded sample of the same cases as command-line overrides of the Hydra tree, through
+    sweep.py's preflight (what runs before Hydra starts): one line naming the key and the
+    range, nothing written."""
     import random
 
-    from fp8rl.experiments.backends import resolve_run
-    from fp8rl.experiments.compose import Composer
+    from fp8rl.experiments.preflight import preflight
 
-    cases = random.Random(0).sample(_boundary_cases(), 8)
-    with Composer() as compose:
-        for key, value in cases:
-            text = f"[{value[0]}]" if isinstance(value, list) else str(value)
-            with pytest.raises(ConfigError, match=rf"{re.escape(key)}=.*out of range"):
-                resolve_run(compose([f"{key}={text}"]))
+    cases = random.Random(0).sample(_boundary_cases(), 12)
+    for key, value in cases:
+        text = f"[{value[0]}]" if isinstance(value, list) else str(value)
+        with pytest.raises(ConfigError) as err:
+            preflight([f"{key}={text}", f"runs_dir={tmp_path / 'runs'}"])
+        message = str(err.value)
+        assert re.search(rf"{re.escape(key)}=\S+ is out of range: need ", message), message
+        assert "\n" not in message
+    assert list(tmp_path.iterdir()) == []
