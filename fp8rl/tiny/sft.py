@@ -144,6 +144,11 @@ def _lr_at(step: int, cfg: SFTConfig) -> float:
     return floor + (cfg.lr - floor) * 0.5 * (1 + math.cos(math.pi * min(t, 1.0)))
 
 
+def _log_progress(done: int, total: int, loss: float, elapsed: float) -> None:
+    eta = elapsed / done * (total - done)
+    log.info("SFT step %d/%d: loss %.3f (%.0f s, ETA %.0f s)", done, total, loss, elapsed, eta)
+
+
 def sft_train(
     model: nn.Module,
     tokenizer: Any,
@@ -165,7 +170,8 @@ def sft_train(
         betas=(0.9, 0.95),
     )
     model.train()
-    losses = []
+    losses: list[float] = []
+    every, t0 = max(1, cfg.steps // 10), time.perf_counter()
     with progress_bar(cfg.steps, "SFT") as bar:
         for step in range(cfg.steps):
             for group in opt.param_groups:
@@ -182,6 +188,8 @@ def sft_train(
             bar.update()
             if step % 20 == 0:
                 bar.set_postfix(loss=f"{losses[-1]:.3f}")
+            if (step + 1) % every == 0 and cfg.steps >= 100:  # the bar's news, for log files
+                _log_progress(step + 1, cfg.steps, losses[-1], time.perf_counter() - t0)
     model.eval()
     return losses
 
