@@ -42,6 +42,11 @@ train-tiny: setup ## One short tiny RL run (blockwise FP8 rollout+training, Cali
 	$(PY) sweep.py experiment_name=quickstart threads=2 granularity=blockwise granularity.block_size=4 \
 		clipping=calibrated clipping.period=5 steps=30 eval.every=15 eval.limit=50 $(ARGS)
 
+.PHONY: first-run-transcript
+first-run-transcript: ## Record make train-tiny (twice) and CI's make test on a fresh clone of HEAD; write README's first-run block from it (~15 min)
+	$(PY) scripts/first_run.py record
+	$(PY) scripts/first_run.py render
+
 .PHONY: first-look
 first-look: setup ## The trainer's first look: BF16 RL vs SFT (4 seeds), every recipe, the calibration check
 	for s in first_look_improvement first_look_recipes first_look_fp8_rollout first_look_calibration; do \

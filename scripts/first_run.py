@@ -1,0 +1,239 @@
+"""What a newcomer sees on a fresh clone, recorded; the README's first-run section written from it.
+
+    python scripts/first_run.py record   # clone HEAD into a temp dir and run the newcomer path
+    python scripts/first_run.py render   # README.md's first-run block from the recording
+    make first-run-transcript            # both (about 15 minutes on 2 cores)
+
+``record`` clones the repository's HEAD (committed files only) into a temporary directory
+and runs there, one after the other, with a cold base-model cache (``FP8RL_CACHE`` in the
+temporary directory, as on a fresh machine; pip's download cache is whatever this machine
+has): ``make setup``, ``make train-tiny`` twice (the second finds the run done) and
+``CI=true bash .ci/run`` (``make test`` as CI runs it). Every command's output and wall
+time go to ``docs/first_run.md`` (the transcript; the test run's output is cut to its
+tail) and ``docs/first_run.json`` (the figures ``render`` uses). ``render`` replaces the
+block between the README's ``first-run`` markers; nothing in it is typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TRANSCRIPT = REPO / "docs" / "first_run.md"
+FIGURES = REPO / "docs" / "first_run.json"
+README = REPO / "README.md"
+BEGIN = "<!-- first-run:begin (written by `python scripts/first_run.py render`; do not edit) -->"
+END = "<!-- first-run:end -->"
+TAIL_LINES = 45  # of the test run's output kept in the transcript
+
+STEPS = [
+    ("setup", "make setup", "creates .venv and installs the pinned stack"),
+    ("first", "make train-tiny", "the first run: builds the base model, then trains"),
+    ("second", "make train-tiny", "the same command again"),
+    ("tests", "CI=true bash .ci/run", "the test suite as CI runs it (make test)"),
+]
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _format_s(seconds: float) -> str:
+    seconds = round(seconds)
+    m, s = divmod(seconds, 60)
+    return f"{m} min {s:02d} s" if m else f"{s} s"
+
+
+def _run(command: str, cwd: Path, env: dict[str, str]) -> tuple[int, float, str]:
+    print(f"$ {command}", flush=True)
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        command, shell=True, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    seconds = time.perf_counter() - t0
+    text = proc.stdout.decode("utf-8", "replace")
+    print(f"  exit {proc.returncode} after {_format_s(seconds)}", flush=True)
+    return proc.returncode, seconds, text
+
+
+def _summary_block(output: str) -> str:
+    """The run summary sweep.py prints at the end of a single run (``Run ...`` to
+    ``Show again: ...``)."""
+    lines = output.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Run quickstart/")]
+    if not starts:
+        return ""
+    start = starts[-1]
+    for end in range(start, len(lines)):
+        if lines[end].startswith("Show again:"):
+            return "\n".join(lines[start : end + 1])
+    return "\n".join(lines[start:])
+
+
+def _test_figures(output: str) -> dict[str, object]:
+    figures: dict[str, object] = {}
+    passed = re.findall(r"(\d+) passed(?:, (\d+) deselected)?[^\n]* in ([\d.]+)s", output)
+    if passed:
+        n, _, secs = passed[-1]
+        figures.update(passed=int(n), pytest_s=float(secs))
+    setup = re.findall(r"setup took (\d+) s", output)
+    if setup:
+        figures["setup_s"] = int(setup[-1])
+    failed = re.findall(r"(\d+) failed", output)
+    figures["failed"] = int(failed[-1]) if failed else 0
+    return figures
+
+
+def record(keep: Path | None) -> int:
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    if dirty:
+        print("note: uncommitted changes are not in the recording (it clones HEAD)", flush=True)
+    work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="fp8rl-first-run-"))
+    clone = work / "fp8rl"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "CI"))}
+    env["FP8RL_CACHE"] = str(work / "cache")
+    results = []
+    for key, command, what in STEPS:
+        rc, seconds, output = _run(command, clone, env)
+        results.append({"key": key, "command": command, "what": what, "rc": rc, "s": seconds})
+        results[-1]["output"] = output
+        if rc != 0 and key != "tests":
+            break
+    figures = {
+        "recorded_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit,
+        "cpu": _cpu(),
+        "cores": len(os.sched_getaffinity(0)),
+        "python": platform.python_version(),
+        "steps": [{k: v for k, v in r.items() if k != "output"} for r in results],
+        "summary": _summary_block(next((r["output"] for r in results if r["key"] == "first"), "")),
+        "tests": _test_figures(next((r["output"] for r in results if r["key"] == "tests"), "")),
+    }
+    _write_transcript(figures, results)
+    FIGURES.write_text(json.dumps(figures, indent=2) + "\n")
+    if keep is None:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"wrote {TRANSCRIPT.relative_to(REPO)} and {FIGURES.relative_to(REPO)}")
+    return 0 if all(r["rc"] == 0 for r in results) and len(results) == len(STEPS) else 1
+
+
+def _write_transcript(figures: dict, results: list[dict]) -> None:
+    out = [
+        "# First run on a fresh clone (recorded)",
+        "",
+        f"Recorded by `python scripts/first_run.py record` on {figures['recorded_at']}: a clone "
+        f"of commit `{figures['commit']}` on {figures['cpu']} ({figures['cores']} cores), "
+        f"Python {figures['python']}, with a cold base-model cache (pip's download cache as "
+        "this machine had it). Each command ran in the clone, one after the other; this file "
+        "is written by the script, not by hand.",
+        "",
+    ]
+    for r in results:
+        output = r["output"].rstrip()
+        note = ""
+        lines = output.splitlines()
+        if r["key"] == "tests" and len(lines) > TAIL_LINES:
+            output = "\n".join(lines[-TAIL_LINES:])
+            note = f" (last {TAIL_LINES} of {len(lines)} lines)"
+        out += [
+            f"## `{r['command']}` — {r['what']}",
+            "",
+            f"Exit status {r['rc']} after {_format_s(r['s'])}{note}.",
+            "",
+            "```text",
+            output,
+            "```",
+            "",
+        ]
+    TRANSCRIPT.write_text("\n".join(out))
+
+
+def render() -> int:
+    if not FIGURES.exists():
+        sys.exit(f"no recording: {FIGURES.relative_to(REPO)} is missing; run `record` first")
+    f = json.loads(FIGURES.read_text())
+    steps = {s["key"]: s for s in f["steps"]}
+    rows = [
+        "| command | wall time | exit |",
+        "|---|---|---|",
+    ]
+    for s in f["steps"]:
+        rows.append(f"| `{s['command']}` ({s['what']}) | {_format_s(s['s'])} | {s['rc']} |")
+    tests = f.get("tests") or {}
+    lines = [
+        BEGIN,
+        f"Recorded on a fresh clone of `{f['commit']}` on {f['recorded_at']} ({f['cpu']}, "
+        f"{f['cores']} cores, a cold base-model cache) by `make first-run-transcript`; the "
+        "whole transcript is [`docs/first_run.md`](docs/first_run.md).",
+        "",
+        *rows,
+        "",
+    ]
+    if "passed" in tests:
+        lines += [
+            f"The test suite: {tests['passed']} passed, {tests.get('failed', 0)} failed, in "
+            f"{tests['pytest_s']:.0f} s of pytest (setup {tests.get('setup_s', '?')} s "
+            "once `.venv` exists).",
+            "",
+        ]
+    if f.get("summary"):
+        first = steps.get("first", {})
+        lines += [
+            f"The first `make train-tiny` ends with this summary ({_format_s(first.get('s', 0))} "
+            "in all, the base-model build included); the second call prints the same summary "
+            "from the run store:",
+            "",
+            "```text",
+            f["summary"],
+            "```",
+        ]
+    lines.append(END)
+    text = README.read_text()
+    if BEGIN not in text or END not in text:
+        sys.exit(f"README.md has no first-run markers ({BEGIN} ... {END})")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    README.write_text(head + "\n".join(lines) + tail)
+    print("README.md: first-run block written from docs/first_run.json")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record", help="clone HEAD and run the newcomer path (~15 min)")
+    rec.add_argument("--keep", type=Path, help="work in this directory and keep it")
+    sub.add_parser("render", help="write README.md's first-run block from the recording")
+    args = parser.parse_args()
+    return record(args.keep) if args.command == "record" else render()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
