@@ -41,7 +41,7 @@ STEPS = [
     ("setup", "make setup", "creates .venv and installs the pinned stack"),
     ("first", "make train-tiny", "the first run: builds the base model, then trains"),
     ("second", "make train-tiny", "the same command again"),
-    ("tests", "CI=true bash .ci/run", "the test suite as CI runs it (make test)"),
+    ("tests", "CI=true bash .ci/run", "the test suite as CI runs it: make test"),
 ]
 
 

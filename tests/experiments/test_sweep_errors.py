@@ -6,6 +6,7 @@ is re-run only when asked, and the re-run is checked against what it had finishe
 from __future__ import annotations
 
 import os
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import torch
 
 from fp8rl.experiments.compose import compose
 from fp8rl.experiments.dispatch import run_one
+from fp8rl.experiments.schema import ConfigError
 from fp8rl.runs import RunStatus, RunStore
 
 from room_rules import REPO
@@ -42,21 +44,48 @@ def tree(root: Path) -> dict[str, bytes]:
     }
 
 
+def sweep_here(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], *args: str
+) -> subprocess.CompletedProcess:
+    """sweep.py run as ``__main__`` in this process (for commands that end before Hydra
+    starts: no interpreter start-up per case), with the exit status a shell would see."""
+    monkeypatch.setattr(sys, "argv", [str(REPO / "sweep.py"), *args])
+    capfd.readouterr()
+    code: int | str | None = 0
+    try:
+        runpy.run_path(str(REPO / "sweep.py"), run_name="__main__")
+    except SystemExit as stop:
+        code = stop.code
+    if isinstance(code, str):  # sys.exit("message"): the interpreter prints it, status 1
+        print(code, file=sys.stderr)
+        code = 1
+    out = capfd.readouterr()
+    return subprocess.CompletedProcess(args, code or 0, out.out, out.err)
+
+
 @pytest.mark.parametrize(
-    ("args", "expected"),
+    ("args", "expected", "here"),
     [
-        (["-m", "seed=0,1", "steps=-1"], "steps=-1 is out of range: need 1 <= x [all points]"),
-        (["seed=abc"], "could not be converted to Integer"),
-        (["algorithm.eps_high=5.0"], "need L in [0.5, 0.99] and H in [1.01, 2.0]"),
-        (["runs_dir={afile}"], "runs_dir={afile} is a file: need a directory"),
-        (["--status", "runs_dir={afile}"], "runs_dir={afile} is a file: need a directory"),
-        (["--search", "nope.yaml"], "no such spec file: nope.yaml"),
-        (["--search", SPEC, "--n-trials", "abc"], "need a whole number of trials >= 1"),
+        (["-m", "seed=0,1", "steps=-1"], "steps=-1 is out of range: need 1 <= x [all points]", 0),
+        (["runs_dir={afile}"], "runs_dir={afile} is a file: need a directory", 0),
+        (["seed=abc"], "could not be converted to Integer", 1),
+        (["algorithm.eps_high=5.0"], "need L in [0.5, 0.99] and H in [1.01, 2.0]", 1),
+        (["--status", "runs_dir={afile}"], "runs_dir={afile} is a file: need a directory", 1),
+        (["--dry-run", "runs_dir={afile}/x"], "lies under a file", 1),
+        (["--search", "nope.yaml"], "no such spec file: nope.yaml", 1),
+        (["--search", SPEC, "--n-trials", "abc"], "need a whole number of trials >= 1", 1),
+        (["--search", SPEC, "runs_dir={afile}"], "runs_dir={afile} is a file", 1),
     ],
 )
 def test_a_user_error_is_one_line_and_writes_nothing(
-    tmp_path: Path, args: list[str], expected: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    args: list[str],
+    expected: str,
+    here: int,
 ) -> None:
+    """Two cases as a real process; the rest through sweep.py's __main__ in this process."""
     runs = tmp_path / "runs"
     (runs / "test").mkdir(parents=True)
     (runs / "test" / "keep.txt").write_text("results someone cares about")
@@ -65,7 +94,8 @@ def test_a_user_error_is_one_line_and_writes_nothing(
     args = [a.format(afile=afile) for a in args]
     before = tree(tmp_path)
     where = [] if any(a.startswith("runs_dir=") for a in args) else [f"runs_dir={runs}"]
-    out = sweep(REPO, *args, "+experiment=test", *where)
+    argv = [*args, "+experiment=test", *where]
+    out = sweep_here(monkeypatch, capfd, *argv) if here else sweep(REPO, *argv)
     assert out.returncode == 2, out.stderr
     assert out.stdout == ""
     lines = out.stderr.strip().splitlines()
@@ -74,10 +104,13 @@ def test_a_user_error_is_one_line_and_writes_nothing(
     assert tree(tmp_path) == before  # no run directory, no Hydra log folder
 
 
-def test_debug_shows_the_traceback(tmp_path: Path) -> None:
-    out = sweep(REPO, "--debug", "+experiment=test", f"runs_dir={tmp_path}", "steps=-1")
-    assert out.returncode != 0 and "Traceback" in out.stderr
-    assert "steps=-1 is out of range" in out.stderr
+def test_debug_shows_the_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """With --debug the error propagates (the interpreter prints its traceback)."""
+    monkeypatch.setattr(sys, "argv", ["sweep.py", "--debug", "+experiment=test", "steps=-1"])
+    with pytest.raises(ConfigError, match="steps=-1 is out of range"):
+        runpy.run_path(str(REPO / "sweep.py"), run_name="__main__")
     assert list(tmp_path.iterdir()) == []
 
 
