@@ -43,15 +43,18 @@ def _progress_logger(
     def on_step(step: int, metrics: dict[str, float]) -> None:
         if step % every and step != steps:
             return
+        per_step = metrics.get("timing_s/step", time.perf_counter() - t0)
         log.info(
-            "%s step %d/%d: score %.3f, clipfrac_low_negadv %.4f, entropy %.3f (%.2f s/step)",
+            "%s step %d/%d: score %.3f, clipfrac_low_negadv %.4f, entropy %.3f "
+            "(%.2f s/step, ETA %.0f s)",
             experiment,
             step,
             steps,
             metrics.get("critic/score/mean", float("nan")),
             metrics.get("fp8rl/clipfrac_low_negadv", float("nan")),
             metrics.get("actor/entropy", float("nan")),
-            metrics.get("timing_s/step", time.perf_counter() - t0),
+            per_step,
+            per_step * (steps - step),
         )
 
     return on_step
