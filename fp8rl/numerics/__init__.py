@@ -14,7 +14,12 @@ from fp8rl import _quiet
 
 _quiet.install()  # before torchao is imported below: its CUDA-only kernels cannot load on CPU
 
-from fp8rl.numerics.bf16 import emulate_bf16, round_bf16  # noqa: E402
+from fp8rl.numerics.bf16 import (  # noqa: E402
+    emulate_bf16,
+    fast_paths_enabled,
+    reference_paths,
+    round_bf16,
+)
 from fp8rl.numerics.formats import Fp8Format, cast_to_fp8, format_info, round_to_fp8  # noqa: E402
 from fp8rl.numerics.recipes import RECIPE_NAMES, Fp8Recipe, OperandSpec, get_recipe  # noqa: E402
 from fp8rl.numerics.rollout import (  # noqa: E402
@@ -39,6 +44,7 @@ __all__ = [
     "dequantize",
     "emulate_bf16",
     "fake_quantize",
+    "fast_paths_enabled",
     "format_info",
     "fp8_linear_names",
     "fp8_tensor_stats",
@@ -48,6 +54,7 @@ __all__ = [
     "quantize",
     "quantize_rollout_weight",
     "record_activation_stats",
+    "reference_paths",
     "round_bf16",
     "round_to_fp8",
     "sync_rollout_weights",

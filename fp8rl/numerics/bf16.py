@@ -23,12 +23,75 @@ FSDP with a BF16 ``param_dtype``).
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["RoundBF16", "emulate_bf16", "is_bf16_emulated", "round_bf16"]
+__all__ = [
+    "RoundBF16",
+    "emulate_bf16",
+    "fast_paths_enabled",
+    "is_bf16_emulated",
+    "reference_paths",
+    "round_bf16",
+]
+
+# --------------------------------------------------------------------------------------
+# Fast paths (pure speed-ups: the same bits as the reference path, tested on every recipe)
+#
+# BF16 rounding is idempotent, so rounding a value that is already on the BF16 grid is a
+# copy that changes nothing. ``round_bf16`` tags what it returns with the tensor's version
+# counter; with fast paths on, a tagged tensor whose version has not moved (no in-place
+# change since) is returned as is when no gradient is being recorded. With gradients, the
+# only skipped rounding is a module-output hook on a tensor that an inner rounding just
+# produced (attention and MLP outputs are their o_proj/down_proj outputs): its gradient is
+# rounded by that inner rounding's backward anyway, and nothing else consumed it. The
+# linears also cache their rounded or FP8-rounded weights while no gradient is recorded
+# (rollout decoding, old log-probs, shadow and probe forwards), keyed by the weight's
+# storage and version counter, so an optimiser step or a weight sync invalidates them.
+# ``FP8RL_REFERENCE_PATHS=1`` or ``with reference_paths():`` turns all of it off.
+
+_TAG = "_fp8rl_bf16_version"
+_fast = os.environ.get("FP8RL_REFERENCE_PATHS", "") not in ("1", "true", "yes")
+
+
+def fast_paths_enabled() -> bool:
+    """Whether the numerics' pure speed-ups are on (see the comment above)."""
+    return _fast
+
+
+@contextlib.contextmanager
+def reference_paths(on: bool = True) -> Iterator[None]:
+    """Compute with the reference paths (every rounding done, no weight caches) inside."""
+    global _fast
+    before = _fast
+    _fast = not on
+    try:
+        yield
+    finally:
+        _fast = before
+
+
+def _version(t: torch.Tensor) -> int | str:
+    # Inference-mode tensors (the sampler's) have no version counter: an in-place change of
+    # one cannot be seen. The Qwen3 code changes none of the values it rounds again, and the
+    # fast-vs-reference test of every recipe (tests/tiny/test_fast_paths.py) checks it.
+    return "inference" if t.is_inference() else t._version
+
+
+def _tag(t: torch.Tensor) -> torch.Tensor:
+    setattr(t, _TAG, _version(t))
+    return t
+
+
+def _on_grid(t: torch.Tensor) -> bool:
+    """A tensor ``round_bf16`` returned, unchanged since (its version counter has not moved)."""
+    tag = getattr(t, _TAG, None)
+    return tag is not None and tag == _version(t)
 
 
 class RoundBF16(torch.autograd.Function):
@@ -51,8 +114,12 @@ def round_bf16(x: torch.Tensor) -> torch.Tensor:
     if x.dtype not in (torch.float32, torch.float64):
         return x
     if torch.is_grad_enabled() and x.requires_grad:
-        return RoundBF16.apply(x)
-    return x.to(torch.bfloat16).to(x.dtype)
+        out = RoundBF16.apply(x)
+    elif _fast and _on_grid(x):
+        return x
+    else:
+        out = x.to(torch.bfloat16).to(x.dtype)
+    return _tag(out) if _fast else out
 
 
 def _round_any(out: Any) -> Any:
@@ -64,6 +131,13 @@ def _round_any(out: Any) -> Any:
 
 
 def _round_output_hook(module: nn.Module, args: Any, output: Any) -> Any:
+    if (
+        _fast
+        and isinstance(output, torch.Tensor)
+        and _on_grid(output)
+        and not any(output is a for a in args)  # an identity-like module: round as before
+    ):
+        return output  # produced by an inner rounding (see the fast-path comment)
     return _round_any(output)
 
 

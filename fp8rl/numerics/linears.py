@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchao.float8.float8_linear import Float8Linear
 
-from fp8rl.numerics.bf16 import round_bf16
+from fp8rl.numerics.bf16 import fast_paths_enabled, round_bf16
 from fp8rl.numerics.recipes import Fp8Recipe, OperandSpec
 from fp8rl.numerics.scaling import fake_quantize
 
@@ -39,6 +39,7 @@ __all__ = [
     "PrecisionLinear",
     "TorchAOFloat8Linear",
     "bf16_linear",
+    "cached_weight",
     "emulated_fp8_linear",
     "swap_linears",
 ]
@@ -50,6 +51,22 @@ def bf16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     return round_bf16(F.linear(round_bf16(x), round_bf16(weight), b))
 
 
+def cached_weight(
+    mod: nn.Module, slot: str, weight: torch.Tensor, make: Callable[[torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
+    """``make(weight)``, cached on ``mod`` while no gradient is recorded and fast paths are on
+    (keyed by the weight's storage, its version counter and inference mode, so any in-place
+    update, a copy into it or a new tensor recomputes it)."""
+    if torch.is_grad_enabled() or not fast_paths_enabled():
+        return make(weight)
+    key = (weight.data_ptr(), weight._version, torch.is_inference_mode_enabled())
+    cache = mod.__dict__.setdefault("_fp8rl_weight_cache", {})
+    hit = cache.get(slot)
+    if hit is None or hit[0] != key:
+        hit = cache[slot] = (key, make(weight))
+    return hit[1]
+
+
 class PrecisionLinear(nn.Linear):
     """Base of the precision-aware linears; see the module docstring."""
 
@@ -58,8 +75,14 @@ class PrecisionLinear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.high_precision:
-            return bf16_linear(x, self.weight, self.bias)
+            return self.bf16_forward(x)
         return self.fp8_forward(x)
+
+    def bf16_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """:func:`bf16_linear` with the rounded weight cached while no gradient is recorded."""
+        w = cached_weight(self, "bf16", self.weight, round_bf16)
+        b = None if self.bias is None else round_bf16(self.bias)
+        return round_bf16(F.linear(round_bf16(x), w, b))
 
     def fp8_forward(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -76,7 +99,7 @@ class PrecisionLinear(nn.Linear):
 
 class Bf16Linear(PrecisionLinear):
     def fp8_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return bf16_linear(x, self.weight, self.bias)
+        return self.bf16_forward(x)
 
     @classmethod
     def from_linear(cls, mod: nn.Linear) -> Bf16Linear:
@@ -143,7 +166,13 @@ class EmulatedFp8Linear(PrecisionLinear):
     def fp8_forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.round_io:
             x = round_bf16(x)
-        out = emulated_fp8_linear(x, self.weight, self.specs)
+        if torch.is_grad_enabled() or not fast_paths_enabled():
+            out = emulated_fp8_linear(x, self.weight, self.specs)
+        else:  # _EmulatedFp8Matmul.forward with the FP8-rounded weight cached
+            wq = cached_weight(self, "fp8", self.weight, lambda w: _fq(w, self.specs["weight"], 1))
+            out = (_fq(x.reshape(-1, x.shape[-1]), self.specs["input"], 1) @ wq.t()).reshape(
+                *x.shape[:-1], self.weight.shape[0]
+            )
         if self.bias is not None:
             out = out + (round_bf16(self.bias) if self.round_io else self.bias)
         return round_bf16(out) if self.round_io else out

@@ -46,6 +46,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from fp8rl.numerics.bf16 import fast_paths_enabled
 from fp8rl.numerics.formats import Fp8Format, format_info, round_to_fp8_grid_
 
 __all__ = [
@@ -129,8 +130,23 @@ def _scaled_groups(
     x2d = _to_2d(x)
     br, bc = _resolve_block(tuple(x2d.shape), block, partial)
     g, pad_r, pad_c = _grouped(x2d, br, bc)
-    mult = _multipliers(g.abs().amax(dim=(1, 3), keepdim=True), format_info(fmt).max, pow2)
+    mult = _multipliers(_group_amax(g), format_info(fmt).max, pow2)
     return g, mult, (br, bc), (pad_r, pad_c)
+
+
+def _group_amax(g: torch.Tensor) -> torch.Tensor:
+    """max |x| per group of ``g`` (nR, br, nC, bc), shaped (nR, 1, nC, 1). With fast paths,
+    row groups (br = 1: activations, gradients) and a single group (tensorwise) take one
+    pass (``aminmax``, then ``max(hi, -lo)`` on the small result) instead of ``abs`` then
+    ``amax``: the same value, NaN included."""
+    n_r, br, n_c, _ = g.shape
+    if fast_paths_enabled() and (br == 1 or (n_r == 1 and n_c == 1)):
+        if br == 1:
+            lo, hi = torch.aminmax(g, dim=3, keepdim=True)
+        else:
+            lo, hi = (t.reshape(1, 1, 1, 1) for t in torch.aminmax(g))
+        return torch.maximum(hi, lo.neg())
+    return g.abs().amax(dim=(1, 3), keepdim=True)
 
 
 def _ungroup(g: torch.Tensor, pads: tuple[int, int], shape: torch.Size) -> torch.Tensor:
@@ -181,6 +197,11 @@ def fake_quantize(
     info = format_info(fmt)
     x32 = x if x.dtype == torch.float32 else x.float()
     g, mult, _, pads = _scaled_groups(x32, fmt, block, pow2_scales, partial)
-    scaled = (g * mult).clamp_(-info.max, info.max)
+    scaled = g * mult
+    if not fast_paths_enabled():
+        # A no-op: mult <= max / amax (to within FP32 rounding of a float64 quotient), so
+        # |g * mult| <= max (1 + 2**-24), which rounds to max; non-finite groups give NaN or
+        # 0 either way. The fast path skips the pass.
+        scaled.clamp_(-info.max, info.max)
     deq = round_to_fp8_grid_(scaled, info.name).mul_(mult.reciprocal())
     return _ungroup(deq, pads, x.shape).to(x.dtype)

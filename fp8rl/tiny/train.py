@@ -47,6 +47,7 @@ import torch
 from fp8rl.config import RunConfig
 from fp8rl.numerics import (
     apply_fp8_training,
+    fast_paths_enabled,
     get_recipe,
     high_precision,
     make_rollout_model,
@@ -156,8 +157,12 @@ def set_up(cfg: RunConfig, run: Run, cache_dir: str | Path | None) -> Trainer:
     apply_fp8_training(model, get_recipe(cfg.granularity.training, **kwargs))  # a transform
     model.train()
     t = cfg.train
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=t.lr, betas=(0.9, 0.999), weight_decay=t.weight_decay
+    optimizer = torch.optim.AdamW(  # foreach: one call per step, the same bits (tested)
+        model.parameters(),
+        lr=t.lr,
+        betas=(0.9, 0.999),
+        weight_decay=t.weight_decay,
+        foreach=fast_paths_enabled(),
     )
     calibrator = Calibrator(cfg.calibrator_config())
     state = TrainState()
