@@ -95,8 +95,8 @@ bench-loss: setup ## Time loss + diagnostics + calibration on a 256x4096-token b
 	$(PY) benchmarks/bench_loss.py
 
 .PHONY: bench-trainer
-bench-trainer: setup ## Time the tiny RL step by phase per recipe, and the calibration overhead at K=20
-	$(PY) benchmarks/bench_trainer.py
+bench-trainer: setup ## Time the tiny RL step by phase per recipe and the calibration overhead at K=20; vs an earlier commit, interleaved: make bench-trainer ARGS="--against f1ddd3e"
+	$(PY) benchmarks/bench_trainer.py $(ARGS)
 
 .PHONY: bench-scaled-mm
 bench-scaled-mm: setup ## CPU FP8 GEMM (torch._scaled_mm, TorchAO's path) vs dequantise + FP32 matmul

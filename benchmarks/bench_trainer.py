@@ -18,24 +18,44 @@ into a temporary run store and reads the trainer's own ``timing_s/*`` metrics:
 Blockwise scaling uses the backend's default block (``granularity.block_size`` null: the
 8B model's block-to-width ratio, 4 on tiny-s). ``--set key=value`` changes any run-config
 key of every run (dotted, as in the config tree; values read as YAML), e.g. a smoke check
-on the small base: ``--set model.preset=tiny-test model.sft.steps=30``.
+on the small base: ``--set model.preset=tiny-test model.sft.steps=30``. ``--recipes``
+picks runs by name or alias (bf16, fp8-rollout, tensorwise, rowwise, blockwise,
+calibrated).
+
+``--against REF`` times an earlier commit and the working tree side by side: REF is
+checked out with ``git worktree`` into a temporary directory (removed at the end), and
+per recipe the run is made with REF's code and with the working tree's code, alternating
+(old, new, then new, old for a second ``--repeats``, ...), each in a fresh process of the
+same interpreter with ``PYTHONPATH`` at that tree's root, the same torch threads and the
+same base-model cache. It prints per recipe the phase medians of both, the ratio
+new/old of each, and whether the two runs' non-timing metrics are identical (a pure
+speed-up) or from which step they differ. REF must contain commit 4d66581 (``train``
+takes a ``RunConfig`` and logs ``timing_s/*`` per named phase); older refs are refused.
 
 Prints a markdown table. The base model comes from ``$FP8RL_CACHE`` (built on first use,
 about 5 minutes for tiny-s). Usage::
 
     python benchmarks/bench_trainer.py [--threads 2] [--steps 20] [--calib-period 20]
+    python benchmarks/bench_trainer.py --against f1ddd3e [--recipes bf16 blockwise]
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import logging
 import os
 import platform
+import shutil
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +63,10 @@ import torch
 import yaml
 
 from fp8rl.config import RunConfig, override
-from fp8rl.runs import RunStore
-from fp8rl.tiny.settings import resolve_config, sft_config
-from fp8rl.tiny.sft import build_base_model
-from fp8rl.tiny.train import train
 
 PHASES = ("gen", "old_log_prob", "update_actor", "calibration", "sync", "step")
+#: The table's phase columns, in order.
+COLUMNS = ("step", "gen", "old_log_prob", "update_actor", "calibration", "sync")
 
 BASELINE = "BF16 rollout + BF16 training"
 BLOCKWISE = "blockwise + block rollout"
@@ -76,6 +94,22 @@ RUNS: dict[str, dict[str, Any]] = {
     },
 }
 
+#: Short names for ``--recipes``, in RUNS order.
+ALIASES = dict(
+    zip(
+        ("bf16", "fp8-rollout", "tensorwise", "rowwise", "blockwise", "calibrated"),
+        RUNS,
+        strict=True,
+    )
+)
+
+#: The oldest commit ``--against`` can time: ``train(RunConfig, store, ...)`` with the
+#: ``timing_s/*`` phases read here.
+OLDEST_REF = "4d66581"
+#: Metric prefixes that are wall-clock measurements (as in fp8rl.runs.integrity).
+VOLATILE_PREFIXES = ("timing_s/", "perf/")
+REPO = Path(__file__).resolve().parent.parent
+
 
 def timings(path: Path) -> list[dict[str, float]]:
     out = []
@@ -96,27 +130,63 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=RunConfig.steps)
-    ap.add_argument("--calib-period", type=int, default=20)
-    ap.add_argument("--cache", default=None, help="base-model cache (default: $FP8RL_CACHE)")
-    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", dest="sets")
-    args = ap.parse_args()
-    logging.basicConfig(level=logging.WARNING)
-    torch.set_num_threads(args.threads)
-    base = override(
-        RunConfig(), {"steps": args.steps, "train.checkpoint_every": 0, **parse_sets(args.sets)}
+def pick_recipes(names: list[str] | None) -> list[str]:
+    """RUNS names for ``--recipes`` (full names or ALIASES), in RUNS order; all if None."""
+    if not names:
+        return list(RUNS)
+    picked = set()
+    for name in names:
+        full = ALIASES.get(name, name)
+        if full not in RUNS:
+            raise SystemExit(f"--recipes: unknown recipe {name!r}; aliases: {', '.join(ALIASES)}")
+        picked.add(full)
+    return [name for name in RUNS if name in picked]
+
+
+def run_changes(name: str, calib_period: int) -> dict[str, Any]:
+    changes = RUNS[name]
+    if changes.get("clipping.mode") == "calibrated":
+        changes = {**changes, "clipping.period": calib_period}
+    return changes
+
+
+def base_changes(args: argparse.Namespace) -> dict[str, Any]:
+    return {"steps": args.steps, "train.checkpoint_every": 0, **parse_sets(args.sets)}
+
+
+def header(args: argparse.Namespace, base: RunConfig) -> str:
+    from fp8rl.tiny.settings import resolve_config
+
+    r, t = base.rollout, base.train
+    return (
+        f"torch {torch.__version__}, {args.threads} threads, {platform.processor() or 'cpu'}, "
+        f"{os.cpu_count()} cores; model {base.model.preset}, {args.steps} steps of "
+        f"{r.prompts_per_step} prompts x {r.n_samples} samples x {r.max_new_tokens} tokens, "
+        f"{t.ppo_mini_batches} mini-batches; blockwise block size "
+        f"{resolve_config(override(base, RUNS[BLOCKWISE])).granularity.block_size}\n"
     )
+
+
+def fmt_ratio(new: float, old: float) -> str:
+    return f"{new / old:.2f}x" if old > 0 else "–"
+
+
+# --- single tree ------------------------------------------------------------------------
+
+
+def single(args: argparse.Namespace) -> None:
+    from fp8rl.runs import RunStore
+    from fp8rl.tiny.settings import sft_config
+    from fp8rl.tiny.sft import build_base_model
+    from fp8rl.tiny.train import train
+
+    base = override(RunConfig(), base_changes(args))
     build_base_model(sft_config(base), args.cache)  # cached; not part of any timing
     rows: dict[str, tuple[dict[str, float], float, float, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore(tmp)
-        for name, changes in RUNS.items():
-            if changes.get("clipping.mode") == "calibrated":
-                changes = {**changes, "clipping.period": args.calib_period}
-            cfg = override(base, changes)
+        for name in pick_recipes(args.recipes):
+            cfg = override(base, run_changes(name, args.calib_period))
             t0 = time.perf_counter()
             summary = train(cfg, store, "bench", cache_dir=args.cache)
             wall = time.perf_counter() - t0
@@ -126,15 +196,8 @@ def main() -> None:
             calib = sum(s["calibration"] for s in steps)
             overhead = calib / (sum(s["step"] for s in steps) - calib)
             rows[name] = (medians, statistics.mean(s["step"] for s in warm), wall, overhead)
-    baseline = rows[BASELINE][0]["step"]
-    r, t = base.rollout, base.train
-    print(
-        f"torch {torch.__version__}, {args.threads} threads, {platform.processor() or 'cpu'}, "
-        f"{os.cpu_count()} cores; model {base.model.preset}, {args.steps} steps of "
-        f"{r.prompts_per_step} prompts x {r.n_samples} samples x {r.max_new_tokens} tokens, "
-        f"{t.ppo_mini_batches} mini-batches; blockwise block size "
-        f"{resolve_config(override(base, RUNS[BLOCKWISE])).granularity.block_size}\n"
-    )
+    baseline = rows[BASELINE][0]["step"] if BASELINE in rows else 0.0
+    print(header(args, base))
     print(
         "| run | step (median) | vs BF16 | rollout | old log-probs | update | calibration "
         "| sync + probe | run wall time |"
@@ -142,17 +205,279 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for name, (m, _, wall, _) in rows.items():
         print(
-            f"| {name} | {m['step']:.2f} s | {m['step'] / baseline:.2f}x | {m['gen']:.2f} | "
-            f"{m['old_log_prob']:.2f} | {m['update_actor']:.2f} | {m['calibration']:.2f} | "
-            f"{m['sync']:.2f} | {wall:.0f} s |"
+            f"| {name} | {m['step']:.2f} s | {fmt_ratio(m['step'], baseline)} | "
+            f"{m['gen']:.2f} | {m['old_log_prob']:.2f} | {m['update_actor']:.2f} | "
+            f"{m['calibration']:.2f} | {m['sync']:.2f} | {wall:.0f} s |"
         )
-    std = rows[BLOCKWISE][1]
-    _, cal, _, overhead = rows[CALIBRATED]
-    print(
-        f"\nCalibration overhead at K = {args.calib_period}: {100 * overhead:.1f}% of the "
-        f"run's other time (aim <= 5%); mean step {cal:.3f} s calibrated vs {std:.3f} s "
-        "with standard clipping (different trajectories: a cross-check, not the measure)"
+    if BLOCKWISE in rows and CALIBRATED in rows:
+        std = rows[BLOCKWISE][1]
+        _, cal, _, overhead = rows[CALIBRATED]
+        print(
+            f"\nCalibration overhead at K = {args.calib_period}: {100 * overhead:.1f}% of the "
+            f"run's other time (aim <= 5%); mean step {cal:.3f} s calibrated vs {std:.3f} s "
+            "with standard clipping (different trajectories: a cross-check, not the measure)"
+        )
+
+
+# --- worker: one run in a fresh process, fp8rl from PYTHONPATH ----------------------------
+
+
+def worker(spec_path: str) -> None:
+    """Make one run as ``spec_path`` (JSON) says and write its wall time and directory.
+
+    Runs in a fresh process whose ``PYTHONPATH`` names the tree to time, so every fp8rl
+    name is imported here, from that tree; only the API that 4d66581 already had is used.
+    """
+    spec = json.loads(Path(spec_path).read_text())
+    import fp8rl
+
+    where = Path(fp8rl.__file__).resolve()
+    if not where.is_relative_to(Path(spec["root"]).resolve()):
+        raise SystemExit(f"fp8rl imported from {where}, not from {spec['root']}")
+    from fp8rl.config import RunConfig as Config
+    from fp8rl.config import override as change
+    from fp8rl.runs import RunStore
+    from fp8rl.tiny.train import train
+
+    if "experiment" not in inspect.signature(train).parameters:
+        raise SystemExit(f"{spec['root']}: fp8rl.tiny.train.train has another API")
+    logging.basicConfig(level=logging.WARNING)
+    torch.set_num_threads(spec["threads"])
+    cfg = change(change(Config(), spec["base"]), spec["changes"])
+    try:  # the base model, built with this tree's SFT if its cache key differs: untimed
+        from fp8rl.tiny.settings import sft_config
+        from fp8rl.tiny.sft import build_base_model
+
+        build_base_model(sft_config(cfg), spec["cache"])
+    except ImportError:
+        pass
+    t0 = time.perf_counter()
+    summary = train(cfg, RunStore(spec["store"]), "bench", cache_dir=spec["cache"])
+    wall = time.perf_counter() - t0
+    Path(spec["out"]).write_text(json.dumps({"wall": wall, "path": str(summary.path)}))
+
+
+# --- against an earlier commit ------------------------------------------------------------
+
+
+def git(*argv: str) -> str:
+    done = subprocess.run(["git", *argv], cwd=REPO, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"git {' '.join(argv)}: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def describe_tree() -> str:
+    """The working tree's commit, with how many paths differ from it."""
+    changed = git("status", "--porcelain").splitlines()
+    head = git("rev-parse", "--short", "HEAD")
+    return f"{head} + uncommitted changes ({len(changed)} paths)" if changed else f"{head} (clean)"
+
+
+def check_ref(ref: str) -> str:
+    """REF's full commit id; exits with a message if it is unknown or too old."""
+    found = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
     )
+    if found.returncode:
+        raise SystemExit(f"--against {ref}: not a commit of this repository")
+    sha = found.stdout.strip()
+    ancestor = subprocess.run(
+        ["git", "merge-base", "--is-ancestor", OLDEST_REF, sha], cwd=REPO, capture_output=True
+    )
+    if ancestor.returncode:
+        raise SystemExit(
+            f"--against {ref}: must be at or after {OLDEST_REF} (the first commit whose "
+            "train() takes a RunConfig and logs timing_s/* per named phase)"
+        )
+    return sha
+
+
+@contextmanager
+def worktree(sha: str) -> Iterator[Path]:
+    """The commit ``sha`` checked out (detached) in a temporary directory, removed after."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-trainer-"))
+    path = tmp / "tree"
+    try:
+        git("worktree", "add", "--detach", "--quiet", str(path), sha)
+        yield path
+    finally:
+        subprocess.run(
+            ["git", "worktree", "remove", "--force", str(path)], cwd=REPO, capture_output=True
+        )
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run(["git", "worktree", "prune"], cwd=REPO, capture_output=True)
+
+
+def run_in(root: Path, spec: dict[str, Any], tmp: Path, tag: str) -> dict[str, Any]:
+    """One run in a fresh interpreter with fp8rl from ``root``; its wall time and steps."""
+    spec = {**spec, "root": str(root), "store": str(tmp / tag), "out": str(tmp / f"{tag}.json")}
+    spec_path = tmp / f"{tag}.spec.json"
+    spec_path.write_text(json.dumps(spec))
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(spec_path)]
+    done = subprocess.run(cmd, cwd=root, env=env, stdout=sys.stderr)
+    if done.returncode:
+        raise SystemExit(f"the run {tag} with the code at {root} failed (its output is above)")
+    result = json.loads(Path(spec["out"]).read_text())
+    return {"wall": result["wall"], "path": Path(result["path"])}
+
+
+def metric_lines(path: Path) -> list[tuple[int, dict[str, str]]]:
+    """Each metrics.jsonl line's step and its non-timing values (as canonical JSON)."""
+    out = []
+    for line in (path / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        data = rec.get("data") or {}
+        kept = {
+            k: json.dumps(v, sort_keys=True)
+            for k, v in data.items()
+            if not str(k).startswith(VOLATILE_PREFIXES)
+        }
+        out.append((rec.get("step"), kept))
+    return out
+
+
+def compare_metrics(old: Path, new: Path) -> str:
+    """ "identical (N steps)" or "differ from step N (key)", on the keys both logs have."""
+    a, b = metric_lines(old), metric_lines(new)
+    keys_a = set().union(*(d for _, d in a))
+    keys_b = set().union(*(d for _, d in b))
+    shared = keys_a & keys_b
+    verdict = f"identical ({len(a)} steps)"
+    for (step_a, da), (step_b, db) in zip(a, b, strict=False):
+        if step_a != step_b:
+            verdict = f"differ from step {min(step_a, step_b)} (steps logged)"
+            break
+        bad = sorted(k for k in shared if da.get(k) != db.get(k))
+        if bad:
+            more = f" +{len(bad) - 1} more" if len(bad) > 1 else ""
+            verdict = f"differ from step {step_a} ({bad[0]}{more})"
+            break
+    else:
+        if len(a) != len(b):
+            verdict = f"differ from step {a[len(b)][0] if len(a) > len(b) else b[len(a)][0]}"
+    if keys_a != keys_b:
+        only_old = ", ".join(sorted(keys_a - keys_b)) or "–"
+        only_new = ", ".join(sorted(keys_b - keys_a)) or "–"
+        verdict += f"; keys only old: {only_old}; only new: {only_new}"
+    return verdict
+
+
+def side_stats(runs: list[dict[str, Any]]) -> tuple[dict[str, float], float]:
+    """Phase medians over the warm steps of all repeats, and the median run wall time."""
+    warm = [s for run in runs for s in (timings(run["path"])[1:] or timings(run["path"]))]
+    medians = {p: statistics.median(s[p] for s in warm) for p in PHASES}
+    return medians, statistics.median(run["wall"] for run in runs)
+
+
+def against(args: argparse.Namespace) -> None:
+    from fp8rl.tiny.settings import sft_config
+    from fp8rl.tiny.sft import build_base_model
+
+    names = pick_recipes(args.recipes)
+    sha = check_ref(args.against)
+    # a plain kill still removes the worktree (subprocess.run kills the running child)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    old_sha = git("rev-parse", "--short", sha)
+    changes = base_changes(args)
+    base = override(RunConfig(), changes)
+    build_base_model(sft_config(base), args.cache)  # cached; not part of any timing
+    new_desc = describe_tree()
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    with worktree(sha) as old_root, tempfile.TemporaryDirectory() as t:
+        tmp = Path(t)
+        total = len(names) * 2 * args.repeats
+        done = 0
+        for i, name in enumerate(names):
+            alias = next(a for a, full in ALIASES.items() if full == name)
+            spec = {
+                "base": changes,
+                "changes": run_changes(name, args.calib_period),
+                "threads": args.threads,
+                "cache": args.cache,
+            }
+            sides: dict[str, list[dict[str, Any]]] = {"old": [], "new": []}
+            for r in range(args.repeats):
+                order = ("old", "new") if r % 2 == 0 else ("new", "old")
+                for side in order:
+                    root = old_root if side == "old" else REPO
+                    done += 1
+                    label = old_sha if side == "old" else "working tree"
+                    print(f"[{done}/{total}] {alias}: {label} ...", file=sys.stderr, flush=True)
+                    sides[side].append(run_in(root, spec, tmp, f"{i}-{side}-{r}"))
+            results[name] = sides
+        print(
+            f"old: {old_sha} ({args.against}); new: working tree {new_desc}; per recipe "
+            f"{args.repeats} run(s) each, alternating old/new, fresh processes\n"
+        )
+        print(header(args, base))
+        print(
+            "| run | code | step (median) | rollout | old log-probs | update | calibration "
+            "| sync + probe | run wall time |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
+        verdicts = {}
+        for name, sides in results.items():
+            old_m, old_wall = side_stats(sides["old"])
+            new_m, new_wall = side_stats(sides["new"])
+            for first, label, m, wall in (
+                (name, old_sha, old_m, old_wall),
+                ("", "new", new_m, new_wall),
+            ):
+                print(
+                    f"| {first} | {label} | {m['step']:.2f} s | "
+                    f"{m['gen']:.2f} | {m['old_log_prob']:.2f} | {m['update_actor']:.2f} | "
+                    f"{m['calibration']:.2f} | {m['sync']:.2f} | {wall:.0f} s |"
+                )
+            ratios = [fmt_ratio(new_m[p], old_m[p]) for p in COLUMNS]
+            ratios[0] = f"**{ratios[0]}**"
+            print(f"|  | new/old | {' | '.join(ratios)} | {fmt_ratio(new_wall, old_wall)} |")
+            verdicts[name] = compare_metrics(sides["old"][0]["path"], sides["new"][0]["path"])
+    print("\n| run | non-timing metrics, new vs old |")
+    print("|---|---|")
+    for name, verdict in verdicts.items():
+        print(f"| {name} | {verdict} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=RunConfig.steps)
+    ap.add_argument("--calib-period", type=int, default=20)
+    ap.add_argument("--cache", default=None, help="base-model cache (default: $FP8RL_CACHE)")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", dest="sets")
+    ap.add_argument(
+        "--recipes",
+        nargs="+",
+        metavar="NAME",
+        help=f"runs to make, by name or alias ({', '.join(ALIASES)}); default all",
+    )
+    ap.add_argument(
+        "--against",
+        metavar="REF",
+        help=f"also time REF (a commit at or after {OLDEST_REF}) side by side with the "
+        "working tree, interleaved, and compare their metrics",
+    )
+    ap.add_argument(
+        "--repeats", type=int, default=1, help="with --against: runs per recipe and side"
+    )
+    ap.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.worker)
+        return
+    logging.basicConfig(level=logging.WARNING)
+    torch.set_num_threads(args.threads)
+    if args.repeats < 1:
+        raise SystemExit("--repeats must be at least 1")
+    if args.against:
+        against(args)
+    else:
+        single(args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,77 @@
+"""benchmarks/bench_trainer.py's --against helpers: recipe picking, metric comparison, refs.
+
+No runs are made here: the benchmark itself is a script, timed by hand.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "bench_trainer", REPO / "benchmarks" / "bench_trainer.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_log(path: Path, steps: list[dict[str, Any]]) -> Path:
+    path.mkdir(parents=True)
+    lines = [json.dumps({"step": i + 1, "data": data}) for i, data in enumerate(steps)]
+    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_recipes_by_alias_or_name_in_runs_order(bench: ModuleType) -> None:
+    assert bench.pick_recipes(None) == list(bench.RUNS)
+    assert bench.pick_recipes(["calibrated", "bf16", bench.BLOCKWISE]) == [
+        bench.BASELINE,
+        bench.BLOCKWISE,
+        bench.CALIBRATED,
+    ]
+    assert set(bench.ALIASES.values()) == set(bench.RUNS)
+    with pytest.raises(SystemExit, match="unknown recipe 'fp9'"):
+        bench.pick_recipes(["fp9"])
+
+
+def test_metrics_compare_without_timings(bench: ModuleType, tmp_path: Path) -> None:
+    old = write_log(tmp_path / "a", [{"loss": 0.5, "timing_s/step": 1.0, "perf/x": 3}] * 3)
+    same = write_log(tmp_path / "b", [{"loss": 0.5, "timing_s/step": 0.4, "perf/x": 9}] * 3)
+    assert bench.compare_metrics(old, same) == "identical (3 steps)"
+    later = write_log(tmp_path / "c", [{"loss": 0.5}, {"loss": 0.5}, {"loss": 0.25}])
+    assert bench.compare_metrics(old, later) == "differ from step 3 (loss)"
+    short = write_log(tmp_path / "d", [{"loss": 0.5}] * 2)
+    assert bench.compare_metrics(old, short) == "differ from step 3"
+    nan = write_log(tmp_path / "e", [{"loss": float("nan")}])
+    assert bench.compare_metrics(nan, nan).startswith("identical")
+    more = write_log(tmp_path / "f", [{"loss": 0.5, "new/key": 1}] * 3)
+    assert bench.compare_metrics(old, more) == (
+        "identical (3 steps); keys only old: –; only new: new/key"
+    )
+
+
+def test_refs_before_the_phase_timings_are_refused(bench: ModuleType) -> None:
+    with pytest.raises(SystemExit, match="not a commit"):
+        bench.check_ref("no-such-ref-here")
+    root = subprocess.run(
+        ["git", "rev-list", "--max-parents=0", "HEAD"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()[0]  # the first commit (or a shallow clone's graft), before the timings
+    with pytest.raises(SystemExit, match=f"at or after {bench.OLDEST_REF}"):
+        bench.check_ref(root)
