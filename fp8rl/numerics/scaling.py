@@ -130,23 +130,8 @@ def _scaled_groups(
     x2d = _to_2d(x)
     br, bc = _resolve_block(tuple(x2d.shape), block, partial)
     g, pad_r, pad_c = _grouped(x2d, br, bc)
-    mult = _multipliers(_group_amax(g), format_info(fmt).max, pow2)
+    mult = _multipliers(g.abs().amax(dim=(1, 3), keepdim=True), format_info(fmt).max, pow2)
     return g, mult, (br, bc), (pad_r, pad_c)
-
-
-def _group_amax(g: torch.Tensor) -> torch.Tensor:
-    """max |x| per group of ``g`` (nR, br, nC, bc), shaped (nR, 1, nC, 1). With fast paths,
-    row groups (br = 1: activations, gradients) and a single group (tensorwise) take one
-    pass (``aminmax``, then ``max(hi, -lo)`` on the small result) instead of ``abs`` then
-    ``amax``: the same value, NaN included."""
-    n_r, br, n_c, _ = g.shape
-    if fast_paths_enabled() and (br == 1 or (n_r == 1 and n_c == 1)):
-        if br == 1:
-            lo, hi = torch.aminmax(g, dim=3, keepdim=True)
-        else:
-            lo, hi = (t.reshape(1, 1, 1, 1) for t in torch.aminmax(g))
-        return torch.maximum(hi, lo.neg())
-    return g.abs().amax(dim=(1, 3), keepdim=True)
 
 
 def _ungroup(g: torch.Tensor, pads: tuple[int, int], shape: torch.Size) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""fake_quantize's fast path (one-pass group amax, no clamp after scaling) gives the same
+"""fake_quantize's fast path (no clamp after scaling) gives the same
 bits as the reference path on every granularity, with infinities, NaNs, zeros and values
 at the edges of FP32."""
 
