@@ -217,6 +217,27 @@ def single(args: argparse.Namespace) -> None:
             f"run's other time (aim <= 5%); mean step {cal:.3f} s calibrated vs {std:.3f} s "
             "with standard clipping (different trajectories: a cross-check, not the measure)"
         )
+    if args.trl:
+        peer_anchor(args, base, {n: r[0]["step"] for n, r in rows.items()})
+
+
+def peer_anchor(args: argparse.Namespace, base: RunConfig, ours: dict[str, float]) -> None:
+    """TRL's GRPOTrainer, BF16 on CPU, on the same model, batch, lengths and reward, timed in
+    this invocation (benchmarks/bench_trl.py; needs the ``bench`` extra)."""
+    from bench_trl import time_trl_step
+
+    trl = time_trl_step(base, steps=min(args.steps, 6), threads=args.threads, cache_dir=args.cache)
+    ph = trl["phases"]
+    print(
+        f"\nPeer anchor: TRL {trl['trl']} GRPOTrainer ({trl['precision']}), same model, "
+        f"prompts, reward, batch and lengths: {trl['step_s']:.2f} s per RL step (median of "
+        f"{len(trl['steps_s']) - 1} after a warm-up; generate {ph['gen']:.2f}, reward + old "
+        f"log-probs {ph['prepare']:.2f}, update {ph['update']:.2f})\n"
+    )
+    print("| our run | our step | / TRL BF16 step |")
+    print("|---|---|---|")
+    for name, step in ours.items():
+        print(f"| {name} | {step:.2f} s | {step / trl['step_s']:.2f}x |")
 
 
 # --- worker: one run in a fresh process, fp8rl from PYTHONPATH ----------------------------
@@ -464,6 +485,11 @@ def main() -> None:
     )
     ap.add_argument(
         "--repeats", type=int, default=1, help="with --against: runs per recipe and side"
+    )
+    ap.add_argument(
+        "--trl",
+        action="store_true",
+        help="also time TRL's GRPOTrainer (BF16, the peer anchor; needs the bench extra)",
     )
     ap.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
     args = ap.parse_args()

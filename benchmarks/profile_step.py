@@ -4,16 +4,17 @@ Runs ``--steps`` steps of the default run config (``RunConfig`` defaults: tiny-s
 x 8 samples x 64 tokens, 4 mini-batches; checkpoints off) for each recipe, profiling every
 step after the first (warm-up) with ``torch.profiler`` (CPU), and prints per recipe: the
 phase split (the trainer's ``phase/<name>`` ranges: rollout ``gen``, ``old_log_prob``,
-``update_actor``, ...) and the ops with the most self time. The numbers are the profiler's
-(it adds overhead per op; the split, not the absolute time, is the point). Usage::
+``update_actor``, ...) with each phase's ops by self time, per step. The numbers are the
+profiler's (it adds overhead per op; the split, not the absolute time, is the point). Usage::
 
     python benchmarks/profile_step.py [--recipes bf16 blockwise] [--steps 3] [--threads 2]
-        [--rows 25] [--set key=value ...]
+        [--rows 8] [--set key=value ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import logging
 import tempfile
 from typing import Any
@@ -37,7 +38,18 @@ RECIPES: dict[str, dict[str, Any]] = {
 }
 
 
-def profile_recipe(cfg: RunConfig, cache: str | None, rows: int) -> str:
+def _phase_of(event: Any) -> str:
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith("phase/"):
+            return parent.name[6:]
+        parent = parent.cpu_parent
+    return "(outside phases)"
+
+
+def profile_recipe(cfg: RunConfig, cache: str | None, rows: int, steps: int) -> str:
+    """Profile steps 2..steps of a run of ``cfg``; per phase, its time per step and its ops
+    with the most self time (ms per step, calls per step)."""
     prof = profile(activities=[ProfilerActivity.CPU])
     started = False
 
@@ -52,15 +64,26 @@ def profile_recipe(cfg: RunConfig, cache: str | None, rows: int) -> str:
     if not started:
         return "(no step after the warm-up)"
     prof.__exit__(None, None, None)
-    events = prof.key_averages()
-    phases = sorted(
-        (e for e in events if e.key.startswith("phase/")), key=lambda e: -e.cpu_time_total
-    )
-    lines = ["phase                     total s   calls"]
-    for e in phases:
-        lines.append(f"{e.key[6:]:<24} {e.cpu_time_total / 1e6:8.2f} {e.count:7d}")
-    table = events.table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=60)
-    return "\n".join(lines) + "\n\n" + table
+    n = steps - 1
+    ops: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0.0, 0])
+    for event in prof.events():
+        if event.name.startswith("phase/"):
+            continue
+        slot = ops[(_phase_of(event), event.name)]
+        slot[0] += event.self_cpu_time_total / 1e3 / n
+        slot[1] += 1 / n
+    phases: dict[str, float] = collections.defaultdict(float)
+    for (phase, _), (ms, _) in ops.items():
+        phases[phase] += ms
+    out = [f"op self time per step by phase: {sum(phases.values()):.0f} ms in all"]
+    for phase in sorted(phases, key=lambda p: -phases[p]):
+        if phases[phase] < 1:
+            continue
+        out.append(f"\n{phase}: {phases[phase]:.0f} ms")
+        top = sorted(((ms, c, op) for (p, op), (ms, c) in ops.items() if p == phase), reverse=True)
+        for ms, calls, op in top[:rows]:
+            out.append(f"  {ms:8.1f} ms {calls:8.0f} calls  {op[:60]}")
+    return "\n".join(out)
 
 
 def main() -> None:
@@ -68,7 +91,7 @@ def main() -> None:
     ap.add_argument("--recipes", nargs="*", default=["bf16", "blockwise"], choices=list(RECIPES))
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rows", type=int, default=25)
+    ap.add_argument("--rows", type=int, default=8, help="ops shown per phase")
     ap.add_argument("--cache", default=None)
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", dest="sets")
     args = ap.parse_args()
@@ -80,7 +103,8 @@ def main() -> None:
     for name in args.recipes:
         cfg = override(base, RECIPES[name])
         print(f"## {name}: steps 2..{args.steps} profiled, {args.threads} threads\n")
-        print(profile_recipe(cfg, args.cache, args.rows))
+        print(profile_recipe(cfg, args.cache, args.rows, args.steps))
+        print()
 
 
 if __name__ == "__main__":
