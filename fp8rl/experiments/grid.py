@@ -46,6 +46,7 @@ from fp8rl.runs import (
     RunStore,
     checkpoint_step,
     config_sha256,
+    has_run_files,
     latest_checkpoint,
 )
 from fp8rl.runs.jsonl import read_step_log
@@ -340,7 +341,7 @@ def plan_resolved(
     costs = costs or CostModel()
     step_s, source = costs.step_seconds(run_cfg, threads)
     action, status, reason, done = "start", None, "", 0
-    if (path / "status.json").exists():
+    if has_run_files(path):  # a status, or results without one (damaged: never "start")
         info = known.get(run_id) if known is not None else None
         info = info or store.run_info(experiment, run_id)
         status, reason = info.status.value, info.reason

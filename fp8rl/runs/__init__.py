@@ -39,6 +39,7 @@ from fp8rl.runs.store import (
     RunInfo,
     RunStatus,
     RunStore,
+    has_run_files,
     list_runs,
     to_records,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "collect_provenance",
     "config_sha256",
     "flatten_config",
+    "has_run_files",
     "latest_checkpoint",
     "list_checkpoints",
     "list_runs",

@@ -170,6 +170,12 @@ def _read_config(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     return config, config_sha256(config)
 
 
+def has_run_files(path: Path) -> bool:
+    """Whether ``path`` holds a run's status or results (a directory holding only a config
+    or a lock is a run that never started)."""
+    return any((path / name).exists() for name in (STATUS_FILE, METRICS_FILE, PROVENANCE_FILE))
+
+
 def default_planned_last_step(config: Mapping[str, Any]) -> int | None:
     """The last step a run of ``config`` plans: its top-level ``steps`` for a training run
     (``task`` absent or ``train``), else None (not checked). Used only for runs finished
@@ -728,7 +734,8 @@ class RunStore:
         plain = to_plain(config)
         run_id = self.run_id(plain)
         path = self.run_dir(experiment, run_id)
-        if (path / STATUS_FILE).exists() or self._find_stale(experiment, config_sha256(plain)):
+        # a damaged run missing only its status.json is not a new run: never re-register it
+        if has_run_files(path) or self._find_stale(experiment, config_sha256(plain)):
             return None
         path.mkdir(parents=True, exist_ok=True)
         lock = RunLock(path)
@@ -737,7 +744,7 @@ class RunStore:
         except RunLockedError:
             return None
         try:
-            if (path / STATUS_FILE).exists():
+            if has_run_files(path):
                 return None
             if not (path / CONFIG_FILE).exists():
                 atomic_write_text(path / CONFIG_FILE, yaml.safe_dump(plain, sort_keys=False))

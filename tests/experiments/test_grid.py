@@ -250,3 +250,22 @@ def test_elapsed_stops_when_the_grid_ends(tmp_path: Path, monkeypatch) -> None:
     assert done.elapsed_s == elapsed
     assert grid_report(tmp_path / "runs", "test", plan).elapsed_s == elapsed
     assert done.remaining_s == 0 and done.eta_s == 0
+
+
+def test_damaged_runs_are_planned_by_what_a_rerun_would_do(tmp_path: Path) -> None:
+    plan = planned(["seed=0,1,2"], tmp_path)
+    store = RunStore(tmp_path / "runs")
+    for point in plan.points:
+        with store.open_run("test", point.config) as run:
+            for step in (1, 2):
+                run.log_metrics(step, {"x": float(step), "timing_s/step": 0.5})
+            run.mark("done")
+    a, b, c = (p.path for p in plan.points)
+    (a / "status.json").unlink()  # files match the record: restored
+    (b / "metrics.jsonl").write_text("")  # lost lines, no checkpoint: damaged
+    again = planned(["seed=0,1,2"], tmp_path)
+    assert [p.action for p in again.points] == ["restore", "damaged", "skip"]
+    assert "rerun_damaged=true" in again.points[1].reason
+    rerun = planned(["seed=0,1,2", "rerun_damaged=true"], tmp_path)
+    assert [p.action for p in rerun.points] == ["restore", "rerun", "skip"]
+    assert rerun.points[1].est_s > 0 and c.exists()

@@ -224,3 +224,21 @@ def test_an_unfinished_run_with_garbage_after_its_checkpoint_resumes(tmp_path: P
         f.write(b"garbage\n")
     with store.open_run("exp", cfg()) as run:
         assert run.decision is Decision.RESUME and run.read_metrics().steps == [1, 2]
+
+
+def test_a_deleted_status_is_never_taken_for_a_new_run(tmp_path: Path) -> None:
+    """Without status.json a run directory with results is damaged, not new: registering
+    the grid's points leaves it alone, and opening it restores the status (the files match
+    the record) instead of starting over and cutting its logs."""
+    store = RunStore(tmp_path)
+    path = finished(store)
+    (path / "status.json").unlink()
+    metrics = (path / "metrics.jsonl").read_bytes()
+    info = store.run_info("exp", path.name)
+    assert info.status is RunStatus.DAMAGED and "status.json is missing" in info.reason
+    assert store.register_pending("exp", cfg()) is None
+    assert not (path / "status.json").exists()
+    with store.open_run("exp", cfg()) as run:
+        assert run.decision is Decision.SKIP
+    assert (path / "metrics.jsonl").read_bytes() == metrics
+    assert store.run_info("exp", path.name).status is RunStatus.DONE
