@@ -87,7 +87,6 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
-import yaml  # noqa: E402
 
 from fp8rl.config import RunConfig, override  # noqa: E402
 from fp8rl.rewards import reward  # noqa: E402
@@ -314,17 +313,6 @@ def time_trl_step(
     }
 
 
-def parse_sets(items: list[str]) -> dict[str, Any]:
-    """``["model.preset=tiny-test", "seed=1"]`` -> dotted-key changes (values read as YAML)."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--set takes key=value, got {item!r}")
-        out[key] = yaml.safe_load(value)
-    return out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=6, help="RL steps; the first is a warm-up")
@@ -334,6 +322,8 @@ def main() -> None:
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", dest="sets")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    from bench_trainer import parse_sets  # the same --set as bench_trainer.py
+
     cfg = override(RunConfig(), parse_sets(args.sets))
     res = time_trl_step(
         cfg, steps=args.steps, threads=args.threads, bf16=not args.fp32, cache_dir=args.cache

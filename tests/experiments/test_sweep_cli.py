@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from sweep_cli import sweep
 
 from fp8rl.experiments.compose import Composer, compose, expand_grid
 from fp8rl.experiments.dispatch import run_config, run_one
@@ -33,18 +34,6 @@ GRID = [
     "steps=3",
     "train.checkpoint_every=1",
 ]
-
-
-def sweep(cwd: Path, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run(
-        [sys.executable, str(REPO / "sweep.py"), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def where(root: Path, cache: Path) -> list[str]:

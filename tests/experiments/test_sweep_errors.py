@@ -5,7 +5,6 @@ is re-run only when asked, and the re-run is checked against what it had finishe
 
 from __future__ import annotations
 
-import os
 import runpy
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from sweep_cli import sweep
 
 from fp8rl.experiments.compose import compose
 from fp8rl.experiments.dispatch import run_one
@@ -22,19 +22,6 @@ from fp8rl.runs import RunStatus, RunStore
 from room_rules import REPO
 
 SPEC = "sweeps/hparams_search/calibration.yaml"
-
-
-def sweep(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run(
-        [sys.executable, str(REPO / "sweep.py"), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def tree(root: Path) -> dict[str, bytes]:
