@@ -112,13 +112,18 @@ def _fq(t: torch.Tensor, spec: OperandSpec, contract_dim: int) -> torch.Tensor:
     return fake_quantize(t, spec.fmt, spec.block(contract_dim), spec.pow2_scales, partial="pad")
 
 
+def _fp8_matmul(x2d: torch.Tensor, wq: torch.Tensor, specs: dict) -> torch.Tensor:
+    """The forward GEMM on FP8-rounded operands (``wq``: the weight, already rounded)."""
+    return _fq(x2d, specs["input"], 1) @ wq.t()
+
+
 class _EmulatedFp8Matmul(torch.autograd.Function):
     """``x @ W.T`` with each of the three GEMMs on FP8-rounded operands (FP32 accumulate)."""
 
     @staticmethod
     def forward(ctx: Any, x2d: torch.Tensor, weight: torch.Tensor, specs: dict) -> torch.Tensor:
         wq = _fq(weight, specs["weight"], 1)
-        out = _fq(x2d, specs["input"], 1) @ wq.t()
+        out = _fp8_matmul(x2d, wq, specs)
         same_w = specs["weight_for_grad_input"] == specs["weight"] and _symmetric(specs["weight"])
         ctx.specs = specs
         ctx.save_for_backward(x2d, weight, wq if same_w else None)
@@ -170,9 +175,8 @@ class EmulatedFp8Linear(PrecisionLinear):
             out = emulated_fp8_linear(x, self.weight, self.specs)
         else:  # _EmulatedFp8Matmul.forward with the FP8-rounded weight cached
             wq = cached_weight(self, "fp8", self.weight, lambda w: _fq(w, self.specs["weight"], 1))
-            out = (_fq(x.reshape(-1, x.shape[-1]), self.specs["input"], 1) @ wq.t()).reshape(
-                *x.shape[:-1], self.weight.shape[0]
-            )
+            out = _fp8_matmul(x.reshape(-1, x.shape[-1]), wq, self.specs)
+            out = out.reshape(*x.shape[:-1], self.weight.shape[0])
         if self.bias is not None:
             out = out + (round_bf16(self.bias) if self.round_io else self.bias)
         return round_bf16(out) if self.round_io else out

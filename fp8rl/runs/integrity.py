@@ -38,7 +38,6 @@ __all__ = [
     "check_legacy",
     "check_record",
     "compare_records",
-    "file_sha256",
     "line_digest",
     "make_record",
     "read_record",
@@ -168,8 +167,8 @@ class Check:
         self.restorable += other.restorable
         self.fatal = self.fatal or other.fatal
         if other.lost_from is not None:
-            self.lose(other.lost_from, "")
-            self.problems.pop()
+            mine = self.lost_from
+            self.lost_from = other.lost_from if mine is None else min(mine, other.lost_from)
 
     def text(self) -> str:
         return "; ".join(self.problems)
@@ -286,13 +285,6 @@ def compare_records(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]
         if at is not None:
             out.append(f"{name} differs from line {at + 1} ({len(a)} lines before, {len(b)} now)")
     return out
-
-
-def file_sha256(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except (FileNotFoundError, IsADirectoryError):
-        return None
 
 
 def read_record(path: Path) -> dict[str, Any] | None:
