@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fp8rl.config.fields import ConfigError, check_fields, choice, num, num_list
+from fp8rl.numerics.linears import BF16_COMPUTE
 from fp8rl.numerics.recipes import RECIPE_NAMES
 from fp8rl.numerics.rollout import ActScale, RolloutQuantConfig, WeightScale
 from fp8rl.rl.advantages import ALGORITHMS, KL_TYPES
@@ -78,6 +79,13 @@ class GranularityConfig:
     block_size: block of ``blockwise`` training and ``block`` rollout scaling; null = the
         backend's default (tiny: the 8B model's block-to-width ratio, ``mimic_block_size``).
     lm_head: quantise the LM head too (training and rollout).
+    bf16_compute: how the BF16 GEMMs of linear layers compute (the ``bf16`` recipe's, a BF16
+        LM head's, the BF16 shadow forward's, the BF16 rollout's and the KL reference's):
+        ``emulated`` (default: FP32 GEMMs on BF16-rounded operands, output rounded) or
+        ``native`` (GEMMs on ``torch.bfloat16`` tensors, FP32 accumulation in oneDNN; the
+        same operand and output grids, a different accumulation, so close to but not
+        bit-identical with ``emulated``, and a separate run id). ``native`` needs a CPU with
+        ``avx512_bf16`` or ``amx_bf16``. FP8 GEMMs are emulated either way.
     """
 
     training: str = choice("bf16", TRAIN_RECIPES)
@@ -85,6 +93,7 @@ class GranularityConfig:
     rollout_activation: str | None = choice(None, ROLLOUT_ACT_SCALES, null="follow the weights")
     block_size: int | None = num(None, ge=1, null="the backend's default for the model")
     lm_head: bool = False
+    bf16_compute: str = choice("emulated", BF16_COMPUTE)
 
     def __post_init__(self) -> None:
         check_fields(self, "granularity")

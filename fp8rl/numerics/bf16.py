@@ -19,11 +19,16 @@ residual sum between attention and MLP inside a decoder layer. Fused BF16 kernel
 such values in FP32 registers too, so this is close to, but not bit-identical with, a
 real BF16 model. Master weights and their gradients stay FP32 (mixed precision, as in
 FSDP with a BF16 ``param_dtype``).
+
+Opt-in native BF16 (``granularity.bf16_compute=native``, on a CPU where
+:func:`native_bf16_available`): the linears' BF16 GEMMs run on ``torch.bfloat16`` tensors
+(:func:`fp8rl.numerics.linears.native_bf16_linear`); every other rounding stays as above.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -36,6 +41,8 @@ __all__ = [
     "emulate_bf16",
     "fast_paths_enabled",
     "is_bf16_emulated",
+    "mark_on_grid",
+    "native_bf16_available",
     "reference_paths",
     "round_bf16",
 ]
@@ -122,6 +129,13 @@ def round_bf16(x: torch.Tensor) -> torch.Tensor:
     return _tag(out) if _fast else out
 
 
+def mark_on_grid(x: torch.Tensor) -> torch.Tensor:
+    """Tag ``x``, a value known to be on the BF16 grid (a native BF16 result cast back to
+    FP32, whose gradient that cast rounds to BF16), as :func:`round_bf16` tags its results,
+    so the fast paths skip rounding it again. Returns ``x``."""
+    return _tag(x) if _fast else x
+
+
 def _round_any(out: Any) -> Any:
     if isinstance(out, torch.Tensor):
         return round_bf16(out) if out.is_floating_point() else out
@@ -168,3 +182,25 @@ def emulate_bf16(model: nn.Module) -> nn.Module:
 
 def is_bf16_emulated(model: nn.Module) -> bool:
     return bool(getattr(model, "_fp8rl_bf16", False))
+
+
+#: CPU flags (``/proc/cpuinfo``) of native BF16 dot products: AVX512-BF16 or AMX-BF16.
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+@functools.cache
+def native_bf16_available(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU computes BF16 GEMMs natively (``avx512_bf16`` or ``amx_bf16`` in
+    ``/proc/cpuinfo``'s flags). Without them a BF16 matmul is ~100x slower than FP32, which
+    is why the numerics emulate BF16 (``granularity.bf16_compute=native`` needs this)."""
+    try:
+        with open(cpuinfo) as f:
+            flags = {
+                flag
+                for line in f
+                if line.startswith("flags")
+                for flag in line.partition(":")[2].split()
+            }
+    except OSError:  # not Linux: no way to tell, so no
+        return False
+    return any(flag in flags for flag in NATIVE_BF16_FLAGS)

@@ -7,15 +7,21 @@ computes the BF16-emulated result ``round(F.linear(round(x), round(W), round(b))
 how :func:`fp8rl.numerics.training.high_precision` gives the BF16 "shadow" forward of
 Calibrated Clipping on the same weights without copying them.
 
+Every BF16 GEMM (:meth:`PrecisionLinear.bf16_forward`) is emulated unless the layer's
+``native_bf16`` flag is set (:func:`set_bf16_compute`, ``granularity.bf16_compute=native``):
+then it is :func:`native_bf16_linear`, one GEMM on ``torch.bfloat16`` tensors. FP8 GEMMs
+are always emulated (FP8 values times FP32 scales are not BF16 values).
+
 * :class:`Bf16Linear` — BF16-emulated linear (the ``bf16`` recipe, and the LM head of FP8
   models unless it is FP8 too).
 * :class:`EmulatedFp8Linear` — all three GEMMs with FP8-rounded operands and FP32
   accumulation, operand by operand as the recipe says (blockwise, and cross-checks of
   tensorwise/rowwise).
-* :class:`TorchAOFloat8Linear` — TorchAO's ``Float8Linear`` (real ``torch._scaled_mm``, which
-  runs on this CPU) with the precision switch added; ``isinstance(m, Float8Linear)`` holds.
-  Note TorchAO's rowwise GEMMs return BF16-rounded results even for FP32 inputs
-  (``torch._scaled_mm`` has no FP32 rowwise output); inside a BF16 model that is the
+* :class:`TorchAOFloat8Linear` — TorchAO's ``Float8Linear`` with the precision switch added;
+  ``isinstance(m, Float8Linear)`` holds. Its GEMM is TorchAO's emulated one by default and
+  ``torch._scaled_mm`` with ``torchao_gemm="scaled_mm"`` (:mod:`fp8rl.numerics.recipes`).
+  Note TorchAO's rowwise ``_scaled_mm`` GEMMs return BF16-rounded results even for FP32
+  inputs (``torch._scaled_mm`` has no FP32 rowwise output); inside a BF16 model that is the
   rounding the output gets anyway.
 """
 
@@ -29,11 +35,12 @@ import torch.nn.functional as F
 from torch import nn
 from torchao.float8.float8_linear import Float8Linear
 
-from fp8rl.numerics.bf16 import fast_paths_enabled, round_bf16
+from fp8rl.numerics.bf16 import fast_paths_enabled, mark_on_grid, round_bf16
 from fp8rl.numerics.recipes import Fp8Recipe, OperandSpec
 from fp8rl.numerics.scaling import fake_quantize
 
 __all__ = [
+    "BF16_COMPUTE",
     "Bf16Linear",
     "EmulatedFp8Linear",
     "PrecisionLinear",
@@ -41,14 +48,40 @@ __all__ = [
     "bf16_linear",
     "cached_weight",
     "emulated_fp8_linear",
+    "native_bf16_linear",
+    "set_bf16_compute",
     "swap_linears",
 ]
+
+#: How BF16 GEMMs compute: ``emulated`` (FP32 GEMM on BF16-rounded operands, output rounded)
+#: or ``native`` (a GEMM on BF16 tensors: oneDNN, FP32 accumulation, BF16 output).
+BF16_COMPUTE = ("emulated", "native")
 
 
 def bf16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """BF16-emulated linear: BF16 operands, FP32 accumulation, BF16 output."""
     b = None if bias is None else round_bf16(bias)
     return round_bf16(F.linear(round_bf16(x), round_bf16(weight), b))
+
+
+def _to_bf16(t: torch.Tensor) -> torch.Tensor:
+    return t.to(torch.bfloat16)
+
+
+def native_bf16_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """:func:`bf16_linear` as one native BF16 GEMM, returned in ``x``'s dtype.
+
+    The casts to ``torch.bfloat16`` round (RNE) exactly as :func:`round_bf16` does, forward
+    and backward (autograd casts each gradient of a BF16 tensor to BF16), so the operands,
+    the output grid and the gradients' grid are the emulation's; what differs is the
+    kernel's accumulation (oneDNN's order, FP32 accumulators, its BF16 output rounding),
+    so results are close to, not bit-identical with, :func:`bf16_linear`. ``weight`` may
+    already be BF16 (a cached copy).
+    """
+    b = None if bias is None else _to_bf16(bias)
+    return mark_on_grid(F.linear(_to_bf16(x), _to_bf16(weight), b).to(x.dtype))
 
 
 def cached_weight(
@@ -72,6 +105,7 @@ class PrecisionLinear(nn.Linear):
 
     high_precision: bool = False  # set per instance by the high_precision() context
     round_io: bool = True  # BF16-round input and output around the FP8 GEMM
+    native_bf16: bool = False  # BF16 GEMMs on BF16 tensors (set_bf16_compute)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.high_precision:
@@ -79,7 +113,12 @@ class PrecisionLinear(nn.Linear):
         return self.fp8_forward(x)
 
     def bf16_forward(self, x: torch.Tensor) -> torch.Tensor:
-        """:func:`bf16_linear` with the rounded weight cached while no gradient is recorded."""
+        """:func:`bf16_linear` with the rounded weight cached while no gradient is recorded
+        (:func:`native_bf16_linear` with the BF16 weight cached, if ``native_bf16``)."""
+        if self.native_bf16:
+            return native_bf16_linear(
+                x, cached_weight(self, "bf16-native", self.weight, _to_bf16), self.bias
+            )
         w = cached_weight(self, "bf16", self.weight, round_bf16)
         b = None if self.bias is None else round_bf16(self.bias)
         return round_bf16(F.linear(round_bf16(x), w, b))
@@ -233,6 +272,17 @@ def check_linear_shape(in_features: int, out_features: int, recipe: Fp8Recipe, n
                         f"Use a block_size dividing {n}, a model width that is a multiple of "
                         f"{g}, or exclude the layer with a module filter."
                     )
+
+
+def set_bf16_compute(model: nn.Module, compute: str) -> nn.Module:
+    """Make every precision-aware linear of ``model`` compute its BF16 GEMMs ``emulated``
+    or ``native`` (see :data:`BF16_COMPUTE`; FP8 GEMMs stay emulated). In place."""
+    if compute not in BF16_COMPUTE:
+        raise ValueError(f"bf16 compute must be one of {BF16_COMPUTE}, not {compute!r}")
+    for mod in model.modules():
+        if isinstance(mod, PrecisionLinear):
+            mod.native_bf16 = compute == "native"
+    return model
 
 
 def swap_linears(

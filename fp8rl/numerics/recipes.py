@@ -27,7 +27,18 @@ confounded:
 
 Settings a recipe logs (``to_dict``) beyond the operand specs: which backend executes it,
 whether the model around the FP8 GEMMs is BF16-emulated, whether the LM head is FP8,
-the block size, and TorchAO's fast-accumulation flag for the output GEMM (GPU only).
+the block size, TorchAO's fast-accumulation flag for the output GEMM (GPU only), and which
+GEMM TorchAO's ``Float8Linear`` calls (``torchao_gemm``):
+
+* ``emulated`` (the default here): TorchAO's own emulation (``Float8LinearConfig(emulate=
+  True)``), an FP32 matmul of the dequantised FP8 operands. The casts, scales and autograd
+  are TorchAO's; only the GEMM kernel differs from the hardware path, by FP32 rounding
+  (relative 1e-7 per output; tests/numerics/test_torchao_gemm.py).
+* ``scaled_mm``: ``torch._scaled_mm``, the FP8 GEMM TorchAO calls on a GPU. On a CPU it is
+  oneDNN's kernel, which on some CPUs is its slow reference implementation (500-900x an
+  FP32 matmul on the Intel Xeon of BENCHMARKS.md; a tensorwise forward of the test preset
+  took 39 s instead of 0.05 s), so the tiny backend does not use it; it stays for
+  cross-checks and for CPUs where it is fast.
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ from fp8rl.numerics.scaling import Block
 __all__ = [
     "OPERAND_SLOTS",
     "RECIPE_NAMES",
+    "TORCHAO_GEMMS",
     "Fp8Recipe",
     "OperandSpec",
     "get_recipe",
@@ -55,6 +67,8 @@ OPERAND_SLOTS = (
     "input_for_grad_weight",
 )
 Backend = Literal["none", "bf16", "torchao", "emulated"]
+TorchAOGemm = Literal["emulated", "scaled_mm"]
+TORCHAO_GEMMS: tuple[str, ...] = ("emulated", "scaled_mm")
 
 
 @dataclass(frozen=True)
@@ -106,6 +120,7 @@ class Fp8Recipe:
     include_lm_head: bool = False  # the LM head stays BF16 unless asked (torchtitan default)
     block_size: int = 128
     fast_accum_output: bool = True  # TorchAO's output-GEMM fast accumulation (no effect on CPU)
+    torchao_gemm: TorchAOGemm = "emulated"  # the GEMM TorchAO's Float8Linear calls (docstring)
 
     @property
     def is_fp8(self) -> bool:
@@ -125,6 +140,7 @@ class Fp8Recipe:
             "include_lm_head": self.include_lm_head,
             "block_size": self.block_size,
             "fast_accum_output": self.fast_accum_output,
+            "torchao_gemm": self.torchao_gemm,
             "operands": (
                 None if self.specs is None else {k: v.to_dict() for k, v in self.specs.items()}
             ),
@@ -163,6 +179,7 @@ class Fp8Recipe:
             cast_config_grad_output_for_grad_weight=cast(s["grad_output_for_grad_weight"]),
             gemm_config_output=Float8GemmConfig(use_fast_accum=self.fast_accum_output),
             round_scales_to_power_of_2=pow2.pop(),
+            emulate=self.torchao_gemm == "emulated",
         )
 
 
@@ -219,13 +236,17 @@ def get_recipe(
     include_lm_head: bool = False,
     backend: Backend | None = None,
     emulate_bf16: bool | None = None,
+    torchao_gemm: TorchAOGemm = "emulated",
 ) -> Fp8Recipe:
     """Build a recipe by name with explicit overrides of the settings TorchAO fixes.
 
     ``backend='emulated'`` runs a tensorwise or rowwise recipe through the same
     FP32-compute emulation as blockwise (a cross-check of TorchAO, and the route for
-    variants TorchAO cannot express).
+    variants TorchAO cannot express). ``torchao_gemm`` picks the GEMM of the ``torchao``
+    backend (module docstring).
     """
+    if torchao_gemm not in TORCHAO_GEMMS:
+        raise ValueError(f"torchao_gemm must be one of {TORCHAO_GEMMS}, got {torchao_gemm!r}")
     if name not in _DEFAULTS:
         raise ValueError(f"unknown precision recipe {name!r}; expected one of {RECIPE_NAMES}")
     if block_size <= 0:
@@ -262,4 +283,5 @@ def get_recipe(
         emulate_bf16=True if emulate_bf16 is None else emulate_bf16,
         include_lm_head=include_lm_head,
         block_size=block_size,
+        torchao_gemm=torchao_gemm,
     )

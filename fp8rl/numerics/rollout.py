@@ -23,7 +23,7 @@ from torch import nn
 
 from fp8rl.numerics.bf16 import emulate_bf16, round_bf16
 from fp8rl.numerics.formats import Fp8Format
-from fp8rl.numerics.linears import Bf16Linear, PrecisionLinear, swap_linears
+from fp8rl.numerics.linears import Bf16Linear, PrecisionLinear, set_bf16_compute, swap_linears
 from fp8rl.numerics.scaling import Block, fake_quantize
 from fp8rl.numerics.training import lm_head_names
 
@@ -122,11 +122,15 @@ def _check_shapes(model: nn.Module, cfg: RolloutQuantConfig, names: list[str]) -
                 )
 
 
-def make_rollout_model(master: nn.Module, cfg: RolloutQuantConfig | None) -> nn.Module:
+def make_rollout_model(
+    master: nn.Module, cfg: RolloutQuantConfig | None, *, bf16_compute: str = "emulated"
+) -> nn.Module:
     """A sampling copy of ``master``: BF16 everywhere, FP8 W8A8 linears if ``cfg`` is given.
 
     ``cfg=None`` gives the BF16 rollout engine. The copy never requires grad; call
-    :func:`sync_rollout_weights` after each weight update.
+    :func:`sync_rollout_weights` after each weight update. ``bf16_compute``: its BF16
+    linears' GEMMs ``emulated`` or ``native``
+    (:func:`~fp8rl.numerics.linears.set_bf16_compute`; the FP8 GEMMs stay emulated).
     """
     rollout = copy.deepcopy(master).eval()
     for p in rollout.parameters():
@@ -150,6 +154,7 @@ def make_rollout_model(master: nn.Module, cfg: RolloutQuantConfig | None) -> nn.
 
     swap_linears(rollout, factory, lambda n, m: True)
     emulate_bf16(rollout)
+    set_bf16_compute(rollout, bf16_compute)
     sync_rollout_weights(rollout, master)
     return rollout
 

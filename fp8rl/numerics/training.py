@@ -20,6 +20,10 @@ Which linears convert is a setting: by default every ``nn.Linear`` except the LM
 in the recipe or an explicit ``module_filter`` changes that. Embeddings and norms are
 never FP8 (they are not GEMMs). Every layer's shape is checked against the recipe before
 anything is swapped, so a model a recipe cannot take fails with the layer's name.
+
+``bf16_compute="native"`` makes the BF16 GEMMs of the converted linears (the ``bf16``
+recipe's, a BF16 LM head's, the shadow forward's) native BF16 GEMMs instead of emulated
+ones (:func:`~fp8rl.numerics.linears.set_bf16_compute`).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from fp8rl.numerics.linears import (
     PrecisionLinear,
     TorchAOFloat8Linear,
     check_linear_shape,
+    set_bf16_compute,
     swap_linears,
 )
 from fp8rl.numerics.recipes import Fp8Recipe, get_recipe
@@ -87,16 +92,19 @@ def apply_fp8_training(
     model: nn.Module,
     recipe: Fp8Recipe | str,
     module_filter: ModuleFilter | None = None,
+    *,
+    bf16_compute: str = "emulated",
 ) -> nn.Module:
     """Convert ``model`` in place to train in ``recipe``'s precision; returns it.
 
     ``module_filter(name, linear) -> bool`` overrides the default choice of which linears
     become FP8 (all but the LM head, or all if ``recipe.include_lm_head``).
+    ``bf16_compute``: ``emulated`` or ``native`` BF16 GEMMs (module docstring).
     """
     if isinstance(recipe, str):
         recipe = get_recipe(recipe)
     if recipe.name == "fp32":
-        return model
+        return set_bf16_compute(model, bf16_compute)  # checks the value; no BF16 GEMMs
     heads = lm_head_names(model)
     if module_filter is None:
 
@@ -114,7 +122,7 @@ def apply_fp8_training(
     if recipe.emulate_bf16:
         emulate_bf16(model)
     if not recipe.is_fp8:
-        return model
+        return set_bf16_compute(model, bf16_compute)
 
     if recipe.backend == "torchao":
 
@@ -134,6 +142,7 @@ def apply_fp8_training(
             return EmulatedFp8Linear.from_linear(mod, recipe)
 
     swapped = swap_linears(model, factory, module_filter)
+    set_bf16_compute(model, bf16_compute)
     log.info("FP8 training %s (%s): %d linears", recipe.name, recipe.backend, len(swapped))
     model._fp8rl_recipe = recipe.to_dict()  # type: ignore[assignment]
     return model
@@ -150,7 +159,8 @@ def fp8_linear_names(model: nn.Module) -> list[str]:
 
 @contextlib.contextmanager
 def high_precision(model: nn.Module) -> Iterator[nn.Module]:
-    """Run ``model``'s precision-aware linears in BF16 (emulated) inside the block.
+    """Run ``model``'s precision-aware linears in BF16 inside the block (emulated, or
+    native where :func:`~fp8rl.numerics.linears.set_bf16_compute` made them native).
 
     The same parameters are used (nothing is copied); on exit every layer is back in the
     precision it had, also if the block raises. Nested use is allowed.

@@ -37,7 +37,8 @@ class TinyCost:
     def __init__(self, cfg: RunConfig, cache_dir: str | Path | None) -> None:
         self.cfg, self.cache_dir = cfg, cache_dir
         r = cfg.rollout
-        self.key = (cfg.model.preset, cfg.granularity.training, cfg.granularity.rollout,
+        g = cfg.granularity
+        self.key = (cfg.model.preset, g.training, g.rollout, g.bf16_compute,
                     r.prompts_per_step, r.n_samples, r.max_new_tokens)  # fmt: skip
 
     @functools.cached_property

@@ -46,8 +46,10 @@ def noise_probe(
     tokenizer, model = base.tokenizer, base.model
     if checkpoint is not None:
         model.load_state_dict(load_checkpoint(Path(checkpoint)).state["model"])
-    apply_fp8_training(model, get_recipe(cfg.granularity.training, **recipe_kwargs(cfg)))
-    rollout_model = make_rollout_model(model, cfg.rollout_quant())
+    compute = cfg.granularity.bf16_compute
+    recipe = get_recipe(cfg.granularity.training, **recipe_kwargs(cfg))
+    apply_fp8_training(model, recipe, bf16_compute=compute)
+    rollout_model = make_rollout_model(model, cfg.rollout_quant(), bf16_compute=compute)
     sampler = Sampler(rollout_model, eos_id=EOS_ID, pad_id=PAD_ID, max_seq_len=max_seq_len(cfg))
     rows: list[Response] = []
     for r in range(cfg.probe_rounds):

@@ -40,7 +40,7 @@ from transformers.activations import SiLUActivation
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 from fp8rl.numerics.bf16 import is_bf16_emulated, round_bf16
-from fp8rl.numerics.linears import Bf16Linear
+from fp8rl.numerics.linears import Bf16Linear, native_bf16_linear
 from fp8rl.numerics.rollout import Fp8RolloutLinear
 
 __all__ = ["SampleBatch", "Sampler", "response_inputs", "response_log_probs", "score"]
@@ -113,8 +113,10 @@ def _linears_fn(lins: list[nn.Module], fast: bool) -> Fn:
     """Linears reading the same input (q/k/v, gate/up) as one map to their concatenated
     outputs: one GEMM over the concatenated weights where their forward is known and fusing
     changes no value — stock FP32; the numerics layer's BF16 linears (weights rounded once
-    here instead of at every call); its FP8 rollout linears with one config (the input is
-    quantised once, exactly as each layer would) — else a call of each module."""
+    here instead of at every call; native ones: one native BF16 GEMM over the BF16 weights,
+    the same dot products as each layer's own GEMM); its FP8 rollout linears
+    with one config (the input is quantised once, exactly as each layer would) — else a
+    call of each module."""
     known = fast and all(m.bias is None for m in lins)
     if known and all(_exactly(m, nn.Linear) for m in lins):
         weight = torch.cat([m.weight for m in lins])
@@ -123,8 +125,12 @@ def _linears_fn(lins: list[nn.Module], fast: bool) -> Fn:
         _exactly(m, Bf16Linear) or (_exactly(m, Fp8RolloutLinear) and m.high_precision)
         for m in lins
     ):
-        weight = torch.cat([round_bf16(m.weight) for m in lins])
-        return lambda x: round_bf16(F.linear(round_bf16(x), weight))
+        if all(m.native_bf16 for m in lins):
+            weight = torch.cat([m.weight for m in lins]).to(torch.bfloat16)
+            return lambda x: native_bf16_linear(x, weight, None)
+        if not any(m.native_bf16 for m in lins):
+            weight = torch.cat([round_bf16(m.weight) for m in lins])
+            return lambda x: round_bf16(F.linear(round_bf16(x), weight))
     if (
         known
         and all(_exactly(m, Fp8RolloutLinear) and not m.high_precision for m in lins)

@@ -1,7 +1,8 @@
 """How the tiny backend reads a :class:`~fp8rl.config.RunConfig`: its own checks (model
-presets, task families, the sequence budget, block sizes against the layer widths), the
-resolution of "derive it" values, and the SFT / evaluation configs of the functions it
-calls (same field names as the run config's ``model.sft`` and ``eval`` groups).
+presets, task families, the sequence budget, block sizes against the layer widths, native
+BF16 against the CPU), the resolution of "derive it" values, and the SFT / evaluation
+configs of the functions it calls (same field names as the run config's ``model.sft`` and
+``eval`` groups).
 
 :data:`UNUSED` lists the run-config keys the tiny backend does not read, each with the
 reason; a test checks that every other leaf of the schema is read by the backend.
@@ -13,6 +14,7 @@ import dataclasses
 from typing import Any
 
 from fp8rl.config import ConfigError, RunConfig, resolve
+from fp8rl.numerics.bf16 import native_bf16_available
 from fp8rl.tiny.evaluate import EvalConfig
 from fp8rl.tiny.model import PRESETS, get_preset, mimic_block_size
 from fp8rl.tiny.sft import SFTConfig
@@ -65,6 +67,16 @@ def validate(cfg: RunConfig) -> None:
                 f"{key}={value} exceeds model {cfg.model.preset!r}'s budget of {budget} new tokens"
             )
     _check_block_size(cfg)
+    _check_bf16_compute(cfg)
+
+
+def _check_bf16_compute(cfg: RunConfig) -> None:
+    if cfg.granularity.bf16_compute == "native" and not native_bf16_available():
+        raise ConfigError(
+            "granularity.bf16_compute=native needs a CPU with native BF16 GEMMs (avx512_bf16 or "
+            "amx_bf16 in /proc/cpuinfo's flags); on this one a BF16 matmul is ~100x slower "
+            "than FP32: use granularity.bf16_compute=emulated"
+        )
 
 
 def _check_block_size(cfg: RunConfig) -> None:

@@ -15,8 +15,10 @@ Calibrated Clipping, resumable through the run store. One step reads top to bott
 Precision never branches the loop: the training model is converted once by
 ``apply_fp8_training`` (``bf16`` = BF16 emulation, no FP8 GEMMs), the rollout copy by
 ``make_rollout_model`` (``None`` = BF16 rollout), and the BF16 shadow forward is the
-``high_precision`` context (:class:`Shadow`). The config is :class:`fp8rl.config.RunConfig`,
-read by its Hydra keys. Docs: ``docs/tiny_trainer.md``; the method: ``docs/method.md``.
+``high_precision`` context (:class:`Shadow`); ``granularity.bf16_compute`` makes every
+model's BF16 GEMMs native instead of emulated, set once in :func:`set_up`. The config is
+:class:`fp8rl.config.RunConfig`, read by its Hydra keys. Docs: ``docs/tiny_trainer.md``;
+the method: ``docs/method.md``.
 
 Two choices worth knowing when reading numbers:
 
@@ -149,12 +151,14 @@ def set_up(cfg: RunConfig, run: Run, cache_dir: str | Path | None) -> Trainer:
     seed_everything(cfg.seed)
     base = build_base_model(sft_config(cfg), cache_dir)
     model, kwargs = base.model, recipe_kwargs(cfg)
+    compute = cfg.granularity.bf16_compute
     ref_model = None
     if cfg.algorithm.kl_coef:  # the frozen SFT base, in its own precision
         ref_model = copy.deepcopy(model).eval().requires_grad_(False)
         ref_recipe = cfg.algorithm.ref_recipe or cfg.granularity.training
-        apply_fp8_training(ref_model, get_recipe(ref_recipe, **kwargs))
-    apply_fp8_training(model, get_recipe(cfg.granularity.training, **kwargs))  # a transform
+        apply_fp8_training(ref_model, get_recipe(ref_recipe, **kwargs), bf16_compute=compute)
+    recipe = get_recipe(cfg.granularity.training, **kwargs)
+    apply_fp8_training(model, recipe, bf16_compute=compute)  # a transform
     model.train()
     t = cfg.train
     optimizer = torch.optim.AdamW(  # foreach: one call per step, the same bits (tested)
@@ -175,7 +179,7 @@ def set_up(cfg: RunConfig, run: Run, cache_dir: str | Path | None) -> Trainer:
         state.load_state_dict(checkpoint.state)
         start = checkpoint.step + 1
         log.info("%r: resuming at step %d", run, start)
-    rollout_model = make_rollout_model(model, cfg.rollout_quant())
+    rollout_model = make_rollout_model(model, cfg.rollout_quant(), bf16_compute=compute)
     sampler = Sampler(rollout_model, eos_id=EOS_ID, pad_id=PAD_ID, max_seq_len=max_seq_len(cfg))
     pairs = [
         encode_problem(base.tokenizer, p)

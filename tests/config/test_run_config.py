@@ -66,6 +66,7 @@ def test_the_defaults_are_a_valid_config() -> None:
         ({"eval.greedy": True, "eval.k": 4}, "eval.k=4 with eval.greedy=true"),
         ({"train.ppo_mini_batches": 1000}, "train.ppo_mini_batches=1000 exceeds the batch"),
         ({"granularity.rollout_activation": "token"}, "granularity.rollout is null"),
+        ({"granularity.bf16_compute": "fp16"}, "granularity.bf16_compute='fp16' is not one of"),
         (
             {"train.old_logprob_source": "rollout", "train.tis": True},
             "train.tis=true with train.old_logprob_source=rollout",

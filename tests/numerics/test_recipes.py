@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 import torch
 from torchao.float8 import Float8LinearConfig
@@ -8,8 +10,12 @@ from fp8rl.numerics.recipes import OPERAND_SLOTS, RECIPE_NAMES, get_recipe
 
 @pytest.mark.parametrize("name", ["tensorwise", "rowwise"])
 def test_torchao_config_equals_torchaos_own_recipe(name: str) -> None:
+    theirs = Float8LinearConfig.from_recipe_name(name)
+    assert get_recipe(name, torchao_gemm="scaled_mm").to_torchao_config() == theirs
+    # the default differs only in running TorchAO's emulated GEMM (recipes docstring)
     ours = get_recipe(name).to_torchao_config()
-    assert ours == Float8LinearConfig.from_recipe_name(name)
+    assert ours.emulate and ours == dataclasses.replace(theirs, emulate=True)
+    assert get_recipe(name).to_dict()["torchao_gemm"] == "emulated"
 
 
 def test_tensorwise_uses_e5m2_for_grad_output_and_rowwise_pow2_scales() -> None:

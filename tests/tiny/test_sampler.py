@@ -248,13 +248,14 @@ def test_rows_ending_early_are_dropped_without_changing_the_others(master) -> No
         torch.testing.assert_close(out.logprobs[i, :n], free.logprobs[i, :n], rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("mode", ["fp32", "bf16", "fp8-tensor", "fp8-block"])
+@pytest.mark.parametrize("mode", ["fp32", "bf16", "bf16-native", "fp8-tensor", "fp8-block"])
 def test_fast_path_equals_calling_the_modules(master, mode: str) -> None:
     # a global forward hook makes the sampler call every leaf module as is (no fused GEMMs,
     # no functional norms); the fast path must give the same values
     model = {
         "fp32": lambda: master,
         "bf16": lambda: make_rollout_model(master, None),
+        "bf16-native": lambda: make_rollout_model(master, None, bf16_compute="native"),
         "fp8-tensor": lambda: make_rollout_model(master, RolloutQuantConfig("tensor")),
         "fp8-block": lambda: make_rollout_model(master, RolloutQuantConfig("block")),
     }[mode]()

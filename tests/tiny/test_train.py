@@ -82,12 +82,6 @@ def rows(path: Path, name: str = "metrics.jsonl", timing: bool = False) -> list[
     return out
 
 
-#: TorchAO's recipes run their GEMMs through CPU ``torch._scaled_mm``, which on some CPUs is
-#: oneDNN's reference FP8 kernel (0.4 s for one 352x128x256 GEMM on the 2026-11-30 build
-#: machine, ``make bench-scaled-mm``): there the quick run takes about a minute per step,
-#: so the default suite runs them for one step of half the prompts (same assertions) and
-#: the full-size runs are ``slow``. Tests whose point is not TorchAO use blockwise (our FP8).
-SMALL = {"steps": 1, "rollout.prompts_per_step": 2, "train.probe_size": 2}
 
 
 @pytest.mark.parametrize(
@@ -95,10 +89,10 @@ SMALL = {"steps": 1, "rollout.prompts_per_step": 2, "train.probe_size": 2}
     [
         ("bf16", {}),
         ("blockwise", {}),
-        ("tensorwise", SMALL),
-        ("rowwise", SMALL),
-        pytest.param("tensorwise", {}, marks=pytest.mark.slow),
-        pytest.param("rowwise", {}, marks=pytest.mark.slow),
+        # TorchAO's Float8Linear with its emulated GEMM (fp8rl.numerics.recipes: CPU
+        # _scaled_mm is oneDNN's reference kernel on some CPUs, a minute per step here)
+        ("tensorwise", {}),
+        ("rowwise", {}),
     ],
 )
 def test_a_run_logs_the_required_metrics(tmp_path, cache, recipe, size) -> None:
