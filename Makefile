@@ -30,8 +30,19 @@ test-all: setup ## Run every test, slow end-to-end ones included
 
 .PHONY: lint
 lint: setup ## ruff check and format check
-	$(VENV)/bin/ruff check fp8rl tests benchmarks scripts sweep.py hydra_plugins
-	$(VENV)/bin/ruff format --check fp8rl tests benchmarks scripts sweep.py hydra_plugins
+	$(VENV)/bin/ruff check fp8rl tests benchmarks scripts analysis sweep.py hydra_plugins
+	$(VENV)/bin/ruff format --check fp8rl tests benchmarks scripts analysis sweep.py hydra_plugins
+
+.PHONY: reproduce-table2
+reproduce-table2: setup ## Table 2 at tiny scale: run the grid (resumable), export to results/, write docs/reports/, print the table. QUICK=1 (1 min), FULL=1 (hours), SEEDS=0,1,2, BACKEND=
+	$(PY) analysis/reproduce_table2.py $(if $(QUICK),--size quick,$(if $(FULL),--size full)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(BACKEND),--backend $(BACKEND)) $(ARGS)
+
+.PHONY: report
+report: setup ## Rebuild a report folder from results/: make report ARGS="--experiment table2_default [--export-from runs]"
+	$(PY) analysis/report.py $(ARGS)
+
+.PHONY: figures
+figures: report ## The report's figures (PNG + PDF, in the report folder's figures/): same as make report
 
 .PHONY: base-model
 base-model: setup ## Build (or load from cache) the tiny-s SFT base model and print its per-family accuracy

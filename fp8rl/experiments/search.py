@@ -67,6 +67,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from fp8rl.analysis.curves import entropy_stability
 from fp8rl.config import RunConfig
 from fp8rl.experiments.backends import get_backend
 from fp8rl.runs import RunInfo, RunPruned, RunStore, read_step_log, to_plain
@@ -121,22 +122,10 @@ def _last_value(rows: Sequence[Mapping[str, Any]], metric: str) -> float | None:
 
 
 def _entropy_stability(rows: Sequence[Mapping[str, Any]], metric: str) -> float | None:
-    """Minus the largest log-factor by which ``metric`` rose above its running minimum.
-
-    0 when it never rose (entropy falling or flat throughout); ``-log 2`` when at some
-    step it was twice the lowest value seen before. The paper's failure is an entropy
-    surge mid-training, so higher is more stable.
-    """
-    values = [float(r[metric]) for r in rows if r["step"] >= 1 and r.get(metric) is not None]
-    if not values:
-        return None
-    worst, low = 0.0, values[0]
-    for value in values:
-        if math.isnan(value):
-            return math.nan
-        low = min(low, value)
-        worst = max(worst, math.log(max(value, 1e-12) / max(low, 1e-12)))
-    return -worst
+    """:func:`fp8rl.analysis.curves.entropy_stability` of ``metric`` over training steps."""
+    return entropy_stability(
+        [float(r[metric]) for r in rows if r["step"] >= 1 and r.get(metric) is not None]
+    )
 
 
 @dataclass(frozen=True)

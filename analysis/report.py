@@ -1,0 +1,44 @@
+"""make report / make figures: rebuild an experiment's report folder from results/ or a run store.
+
+    python analysis/report.py [--experiment table2_default] [--source results]
+        [--out docs/reports/<experiment>] [--export-from runs]
+
+--export-from first exports the experiment's finished runs from that run store into
+--source (fp8rl.analysis.export). Every table and figure in the folder comes from
+fp8rl.analysis.report.write_report; nothing in it is edited by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from fp8rl.analysis.export import export_experiment  # noqa: E402
+from fp8rl.analysis.report import write_report  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--experiment", default="table2_default")
+    ap.add_argument("--source", default="results", help="a results/ folder or a run store")
+    ap.add_argument("--out", default=None, help="default: docs/reports/<experiment>")
+    ap.add_argument("--export-from", default=None, help="export from this run store first")
+    args = ap.parse_args()
+    if args.export_from:
+        print(export_experiment(args.export_from, args.experiment, args.source).text())
+    out = Path(args.out or f"docs/reports/{args.experiment}")
+    try:
+        report = write_report(args.source, args.experiment, out)
+    except FileNotFoundError as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return 1
+    print(report.summary_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

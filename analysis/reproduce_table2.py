@@ -1,0 +1,92 @@
+"""make reproduce-table2: run the Table-2 grid (resumable), export it, report it, print it.
+
+    python analysis/reproduce_table2.py [--size quick|default|full] [--seeds 0,1,2]
+        [--backend tiny] [--threads 2] [--runs-dir runs] [--cache-dir D] [--results-dir D]
+        [--report-dir D] [--report-only]
+
+Each grid prints its plan and estimated time (as sweep.py does) before running it; a
+second call skips finished runs and rebuilds the report in seconds. The grids, folders
+and sizes are fp8rl.analysis.reproduce's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from fp8rl.analysis.export import export_experiment  # noqa: E402
+from fp8rl.analysis.report import write_report  # noqa: E402
+from fp8rl.analysis.reproduce import SIZES, plan_table2  # noqa: E402
+from fp8rl.config import ConfigError  # noqa: E402
+from fp8rl.experiments.backends import get_backend  # noqa: E402
+
+SCALE_NOTES = {
+    "quick": "**Size: quick** (the test preset: a 30-step SFT base that answers nothing, 2 RL "
+    "steps). It checks that the pipeline runs; its numbers mean nothing.",
+    "default": "**Size: default** (one seed, 50 RL steps on the tiny-s base): what a newcomer can "
+    "run in about 30 minutes. One seed gives no intervals, so no claim is decided here; the "
+    "pre-registered study is `make reproduce-table2 FULL=1`.",
+    "full": "**Size: full** (the experiment/table2.yaml grid).",
+}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", choices=list(SIZES), default="default")
+    ap.add_argument("--seeds", default=None, help="comma-separated seeds replacing the size's")
+    ap.add_argument("--backend", default="tiny")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs-dir", default="runs")
+    ap.add_argument("--cache-dir", default=None, help="base-model cache (default: the backend's)")
+    ap.add_argument("--results-dir", default=None)
+    ap.add_argument("--report-dir", default=None)
+    ap.add_argument("--report-only", action="store_true", help="report from results only")
+    args = ap.parse_args()
+    try:
+        get_backend(args.backend)  # refuse an unavailable backend before anything runs
+        plan = plan_table2(
+            args.size,
+            seeds=args.seeds,
+            backend=args.backend,
+            threads=args.threads,
+            runs_dir=args.runs_dir,
+            cache_dir=args.cache_dir,
+            results_dir=args.results_dir,
+            report_dir=args.report_dir,
+        )
+    except ConfigError as exc:
+        print(f"reproduce-table2: {exc}", file=sys.stderr)
+        return 2
+    sweep = [sys.executable, str(REPO / "sweep.py")]
+    failed = False
+    if not args.report_only:
+        for i, grid in enumerate(plan.grids, 1):
+            # sweep.py prints the grid's plan (run ids, start/resume/skip, estimated time
+            # from measured step times) before it starts anything
+            print(f"\n== grid {i}/{len(plan.grids)}: python sweep.py {' '.join(grid)}", flush=True)
+            failed |= subprocess.call([*sweep, *grid]) != 0
+        summary = export_experiment(plan.runs_dir, plan.experiment, plan.results_dir)
+        print("\n" + summary.text())
+    source = plan.results_dir
+    if not (source / plan.experiment).is_dir():
+        print(f"reproduce-table2: no results in {source / plan.experiment}", file=sys.stderr)
+        return 1
+    report = write_report(
+        source,
+        plan.experiment,
+        plan.report_dir,
+        title=f"Table 2 at tiny scale ({args.size})",
+        commands=plan.commands,
+        scale_note=SCALE_NOTES[args.size],
+    )
+    print("\n" + report.summary_text())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

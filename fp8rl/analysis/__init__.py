@@ -1,0 +1,15 @@
+"""Analysis of run stores: tidy frames, the Table-2 layout, figures, verdicts and reports.
+
+Backend-blind: everything here reads a run store (``runs/`` or an exported ``results/``
+folder, which has the same layout) through :class:`fp8rl.runs.RunStore`, never a backend.
+
+* :mod:`.load`     — runs, training metrics and held-out evaluations as pandas frames.
+* :mod:`.arms`     — which arm of the paper's tables a run config is.
+* :mod:`.stats`    — mean and t-interval over seeds, paired differences.
+* :mod:`.tables`   — the Table-2 layout (Markdown, LaTeX, CSV) and the paper's figures.
+* :mod:`.verdicts` — the rules that say what did and did not reproduce.
+* :mod:`.curves`   — entropy surges and entropy stability.
+* :mod:`.figures`  — matplotlib figures, each returning the data it plotted.
+* :mod:`.export`   — an experiment's compact results into ``results/``.
+* :mod:`.report`   — a report folder: tables, figures and a generated summary.
+"""

@@ -1,0 +1,80 @@
+"""Which arm of the paper's tables a run config is.
+
+An arm is named by what the paper's Table 2 rows name: the training precision, the rollout
+precision when it differs from the training's usual one, and the clipping. Everything
+else (seed, steps, model, ...) is not part of the arm: runs of one arm that differ in
+anything but the seed do not belong in one table, which :func:`fp8rl.analysis.tables.table2`
+checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["DEFAULT_ROLLOUT", "TABLE2_ARMS", "arm_of", "granularity_of"]
+
+#: The rollout scaling each FP8 training recipe pairs with in the paper's Table 2
+#: (experiments/conf/granularity/*.yaml).
+DEFAULT_ROLLOUT: dict[str, str] = {
+    "tensorwise": "tensor",
+    "rowwise": "channel",
+    "blockwise": "block",
+}
+
+#: Table 2's rows, in the paper's order.
+TABLE2_ARMS: tuple[str, ...] = (
+    "BF16",
+    "FP8 rollout + BF16 training",
+    "Tensorwise FP8",
+    "Tensorwise FP8 + CC",
+    "Rowwise FP8",
+    "Rowwise FP8 + CC",
+    "Blockwise FP8",
+    "Blockwise FP8 + CC",
+)
+
+
+def _get(config: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(part)
+    return node
+
+
+def granularity_of(config: Mapping[str, Any]) -> str | None:
+    """The FP8 training granularity (``tensorwise``/``rowwise``/``blockwise``), or None."""
+    training = _get(config, "granularity.training")
+    return training if training in DEFAULT_ROLLOUT else None
+
+
+def arm_of(config: Mapping[str, Any]) -> str:
+    """The arm label of a (nested) run config, e.g. ``Blockwise FP8 + CC``.
+
+    Configs outside the table's rows get a descriptive label (``BF16 + CC (control)``,
+    ``Tensorwise FP8 (BF16 rollout)``, ``... [cispo loss]``) so they are never silently
+    merged into a row.
+    """
+    training = _get(config, "granularity.training") or "?"
+    rollout = _get(config, "granularity.rollout")
+    mode = _get(config, "clipping.mode") or "standard"
+    loss = _get(config, "clipping.loss")
+    cc = " + CC" if mode == "calibrated" else ""
+    if training == "bf16":
+        label = "BF16" if rollout is None else "FP8 rollout + BF16 training"
+        if rollout is not None and rollout != "block":
+            label += f" ({rollout} rollout)"
+        label += " + CC (control)" if cc else ""
+    elif training in DEFAULT_ROLLOUT:
+        label = f"{training.capitalize()} FP8{cc}"
+        if rollout != DEFAULT_ROLLOUT[training]:
+            label += f" ({rollout or 'BF16'} rollout)"
+    else:
+        label = f"{training} training{cc}"
+    if _get(config, "granularity.lm_head"):
+        label += " (FP8 LM head)"
+    if loss not in (None, "vanilla", "calibrated_clip"):
+        label += f" [{loss} loss]"
+    return label

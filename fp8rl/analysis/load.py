@@ -1,0 +1,195 @@
+"""Run stores as tidy pandas frames.
+
+Three frames, all keyed by ``run_id``:
+
+* :func:`runs_frame` — one row per run: its status, a human-readable ``state`` for table
+  cells, whether it is ``usable`` (done, current results version), its arm and seed, and
+  the config flattened into ``config.<dotted key>`` columns.
+* :func:`metrics_frame` — one row per (run, step, metric) of ``metrics.jsonl``.
+* :func:`eval_frame` — one row per (run, step, held-out metric) of ``eval.jsonl``, with the
+  metric name split into ``section`` (``val-core``/``val-aux``), ``family``, ``stat``
+  (``acc/mean``, ``acc/pass``, ...) and ``k``, and the items it was computed on
+  (``items``: per family, from the run's eval config).
+
+Every run of the experiment is listed, whatever its state: a run in progress, failed,
+pruned, damaged or of another results version appears with ``usable = False`` and a
+``state`` saying why, so a table can say so in its cell and build the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from fp8rl.analysis.arms import arm_of
+from fp8rl.runs import CorruptLogError, RunInfo, RunStatus, RunStore, read_step_log
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "EVAL_NAME",
+    "as_store",
+    "eval_frame",
+    "items_label",
+    "metrics_frame",
+    "run_state",
+    "runs_frame",
+]
+
+#: ``val-core/<family>/<stat>@<k>`` (the tiny backend's and verl's validation names).
+EVAL_NAME = re.compile(r"^(?P<section>val-core|val-aux)/(?P<family>[^/]+)/(?P<stat>.+)@(?P<k>\d+)$")
+
+
+def as_store(source: RunStore | Path | str) -> RunStore:
+    """A :class:`RunStore` over ``source`` (a store, or a ``runs/`` or ``results/`` root)."""
+    if isinstance(source, RunStore):
+        return source
+    root = Path(source)
+    if not root.is_dir():
+        raise FileNotFoundError(f"no run store at {root}: run the experiment or export it first")
+    return RunStore(root)
+
+
+def _planned_steps(config: Mapping[str, Any]) -> int | None:
+    steps = config.get("steps")
+    return steps if isinstance(steps, int) else None
+
+
+def run_state(info: RunInfo) -> str:
+    """What a table cell says about a run that is not (yet) a result."""
+    planned = _planned_steps(info.config)
+    at = "" if info.last_step is None else f" at step {info.last_step}"
+    of = f"/{planned}" if planned is not None and info.last_step is not None else ""
+    status = info.status
+    if info.stale:
+        return f"stale (results version {info.results_version})"
+    if status is RunStatus.DONE:
+        return "done"
+    if status is RunStatus.RUNNING:
+        if info.crashed:
+            return f"crashed{at}{of} (re-run to resume)"
+        return f"running{at}{of}"
+    if status is RunStatus.PENDING:
+        return "pending"
+    reason = f": {info.reason}" if info.reason else ""
+    if status is RunStatus.FAILED:
+        return f"failed{at}{reason}"
+    if status is RunStatus.PRUNED:
+        return f"pruned{at}{reason}"
+    if status is RunStatus.DAMAGED:
+        return f"damaged{reason}"
+    return status.value
+
+
+def items_label(config: Mapping[str, Any]) -> str:
+    """The held-out items an evaluation of this run config used, per family."""
+    ev = config.get("eval") or {}
+    limit = ev.get("limit")
+    k, greedy = ev.get("k", 1), ev.get("greedy", True)
+    items = "every item" if limit is None else f"the first {limit} items"
+    how = "greedy" if greedy else f"k={k} samples at T={ev.get('temperature')}"
+    return f"{items} of each family's held-out set, {how}"
+
+
+def runs_frame(source: RunStore | Path | str, experiment: str) -> pd.DataFrame:
+    """One row per run of ``experiment`` (see the module docstring); empty if none."""
+    store = as_store(source)
+    rows = []
+    for info in store.list_runs(experiment):
+        record = info.to_record()
+        record.update(
+            state=run_state(info),
+            usable=info.status is RunStatus.DONE and not info.stale,
+            arm=arm_of(info.config),
+            seed=info.config.get("seed"),
+            planned_steps=_planned_steps(info.config),
+            items=items_label(info.config),
+        )
+        rows.append(record)
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return pd.DataFrame(
+            columns=["run_id", "status", "state", "usable", "arm", "seed", "last_step"]
+        )
+    return frame.sort_values(["arm", "seed", "run_id"], kind="stable").reset_index(drop=True)
+
+
+def _log_rows(
+    store: RunStore, experiment: str, run_ids: Iterable[str], name: str
+) -> list[tuple[str, int, str, Any]]:
+    out = []
+    for run_id in run_ids:
+        path = store.run_dir(experiment, run_id) / name
+        try:
+            records = read_step_log(path).records
+        except (CorruptLogError, OSError, ValueError) as exc:  # a damaged run: say, go on
+            logger.warning("%s: unreadable (%s); left out", path, exc)
+            continue
+        for record in records:
+            for metric, value in record["data"].items():
+                out.append((run_id, record["step"], metric, value))
+    return out
+
+
+def _run_ids(store: RunStore, experiment: str, runs: pd.DataFrame | None) -> list[str]:
+    if runs is None:
+        runs = runs_frame(store, experiment)
+    return list(runs["run_id"])
+
+
+def metrics_frame(
+    source: RunStore | Path | str,
+    experiment: str,
+    runs: pd.DataFrame | None = None,
+    metrics: Sequence[str] | None = None,
+    prefixes: Sequence[str] = (),
+) -> pd.DataFrame:
+    """Training metrics, one row per (run_id, step, metric, value).
+
+    ``runs`` restricts the runs (a :func:`runs_frame`, possibly filtered); ``metrics``
+    and ``prefixes`` restrict the metric names (exact names, or names starting with one
+    of the prefixes). Runs in progress contribute the steps they have.
+    """
+    store = as_store(source)
+    rows = _log_rows(store, experiment, _run_ids(store, experiment, runs), "metrics.jsonl")
+    frame = pd.DataFrame(rows, columns=["run_id", "step", "metric", "value"])
+    if metrics is not None or prefixes:
+        wanted = set(metrics or ())
+        keep = frame["metric"].isin(wanted)
+        for prefix in prefixes:
+            keep |= frame["metric"].str.startswith(prefix)
+        frame = frame[keep]
+    frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
+    return frame.reset_index(drop=True)
+
+
+def eval_frame(
+    source: RunStore | Path | str, experiment: str, runs: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Held-out evaluations, one row per (run_id, step, metric) with the name's parts.
+
+    Columns: ``run_id, step, metric, section, family, stat, k, value, items``; names that
+    do not follow ``val-core|val-aux/<family>/<stat>@<k>`` are dropped.
+    """
+    store = as_store(source)
+    if runs is None:
+        runs = runs_frame(store, experiment)
+    rows = []
+    items = dict(zip(runs["run_id"], runs.get("items", [""] * len(runs)), strict=True))
+    for run_id, step, metric, value in _log_rows(store, experiment, runs["run_id"], "eval.jsonl"):
+        m = EVAL_NAME.match(metric)
+        if m is None:
+            continue
+        rows.append(
+            (run_id, step, metric, m["section"], m["family"], m["stat"], int(m["k"]), value,
+             items.get(run_id, ""))
+        )  # fmt: skip
+    columns = ["run_id", "step", "metric", "section", "family", "stat", "k", "value", "items"]
+    frame = pd.DataFrame(rows, columns=columns)
+    frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
+    return frame

@@ -1,0 +1,85 @@
+"""``make reproduce-table2``: which grids a size runs, and where its results and report go.
+
+Three sizes (``experiments/conf/experiment/table2*.yaml``):
+
+* ``quick``   — ``table2_quick``: the test preset (tiny-test base, 2 steps), one seed; about
+  a minute; checks the whole path, its numbers mean nothing. Results and report under
+  ``runs/`` (not in git).
+* ``default`` — ``table2_default``: tiny-s, one seed, 50 steps; about 30 minutes on two
+  cores with the base-model build. Results in ``results/``, report in ``docs/reports/``.
+* ``full``    — ``table2``: the full grid (three seeds, 100 steps) until the Table-2
+  study's pre-registered protocol replaces it; hours, resumable.
+
+Each size is two grids into one experiment: the experiment's own (BF16 and the three FP8
+granularities x standard and Calibrated Clipping, BF16 + CC being a control) and the FP8
+rollout + BF16 training row (``granularity=fp8_rollout_only clipping=standard``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fp8rl.config import ConfigError
+
+__all__ = ["SIZES", "Table2Plan", "plan_table2"]
+
+SIZES: dict[str, str] = {"quick": "table2_quick", "default": "table2_default", "full": "table2"}
+
+
+@dataclass(frozen=True)
+class Table2Plan:
+    size: str
+    experiment: str
+    grids: list[list[str]]  # sweep.py overrides, one list per invocation
+    runs_dir: Path
+    results_dir: Path
+    report_dir: Path
+    commands: list[str]  # the user-facing commands that reproduce it
+
+
+def plan_table2(
+    size: str = "default",
+    *,
+    seeds: str | None = None,
+    backend: str = "tiny",
+    threads: int = 2,
+    runs_dir: Path | str = "runs",
+    cache_dir: Path | str | None = None,
+    results_dir: Path | str | None = None,
+    report_dir: Path | str | None = None,
+) -> Table2Plan:
+    """The grids and folders of ``make reproduce-table2`` at ``size`` (module docstring).
+
+    ``seeds``: a comma-separated list replacing the size's seeds (``0,1,2``);
+    ``cache_dir``: the base-model cache (None: the backend's default). Raises ConfigError
+    for an unknown size or a malformed seed list.
+    """
+    if size not in SIZES:
+        raise ConfigError(f"unknown size {size!r}: expected one of {', '.join(SIZES)}")
+    experiment = SIZES[size]
+    runs_dir = Path(runs_dir)
+    if seeds is not None:
+        parts = [s.strip() for s in str(seeds).split(",")]
+        if not parts or not all(p.isdigit() for p in parts):
+            raise ConfigError(f"SEEDS={seeds!r}: expected comma-separated non-negative integers")
+        seeds = ",".join(parts)
+    common = [f"+experiment={experiment}", f"threads={threads}", f"runs_dir={runs_dir}"]
+    if cache_dir is not None:
+        common.append(f"cache_dir={cache_dir}")
+    if backend != "tiny":
+        common.append(f"backend={backend}")
+    if seeds is not None:
+        common.append(f"seed={seeds}")
+    grids = [common, [*common, "granularity=fp8_rollout_only", "clipping=standard"]]
+    if results_dir is None:
+        results_dir = runs_dir / "results" if size == "quick" else Path("results")
+    if report_dir is None:
+        base = runs_dir / "reports" if size == "quick" else Path("docs/reports")
+        report_dir = base / experiment
+    flags = {"quick": " QUICK=1", "default": "", "full": " FULL=1"}[size]
+    extra = f" SEEDS={seeds}" if seeds is not None else ""
+    commands = [f"make reproduce-table2{flags}{extra}"]
+    return Table2Plan(
+        size, experiment, grids, runs_dir, Path(results_dir), Path(report_dir), commands
+    )

@@ -1,0 +1,286 @@
+"""The paper's Table-2 layout from a run store: mean and t-interval over seeds per arm and
+held-out family, the average, and the difference to BF16 paired by seed.
+
+Rows are :data:`fp8rl.analysis.arms.TABLE2_ARMS` (then any other arm the experiment ran,
+e.g. the BF16 + CC control); columns are the held-out families and their unweighted
+average (``all``, the paper's "average of eight benchmarks"). A cell is the mean over the
+arm's usable runs (done, current results version) of the run's **last** evaluation. Runs
+that are not usable are named in the row's note (``seed 2: running at step 40/100``), and a
+row with none says so; the rest of the table builds. Scores are shares in [0, 1] in the
+frames and points (x100) in the rendered tables.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from fp8rl.analysis.arms import TABLE2_ARMS
+from fp8rl.analysis.stats import Estimate, mean_ci, paired_difference
+
+__all__ = [
+    "PAPER_SOURCE",
+    "PAPER_TABLE2",
+    "Table2",
+    "final_scores",
+    "format_delta",
+    "format_points",
+    "paper_block",
+    "table2",
+]
+
+#: The paper's Table-2 averages (points), from ../shared/PAPER_NOTES.md: the deltas vs BF16
+#: (-11.5 tensorwise, -10.6 rowwise, -3.5 blockwise) and blockwise + CC 58.6 vs BF16 57.6
+#: are published; the absolute FP8 values are implied by them. None: not published.
+PAPER_TABLE2: dict[str, float | None] = {
+    "BF16": 57.6,
+    "FP8 rollout + BF16 training": None,
+    "Tensorwise FP8": 46.1,
+    "Tensorwise FP8 + CC": None,
+    "Rowwise FP8": 47.0,
+    "Rowwise FP8 + CC": None,
+    "Blockwise FP8": 54.1,
+    "Blockwise FP8 + CC": 58.6,
+}
+PAPER_SOURCE = (
+    "the paper: GRPO on DeepScaleR, Qwen3-8B-Base, average over eight math benchmarks "
+    "(deltas vs BF16 and the blockwise + CC value published; absolute FP8 values implied)"
+)
+
+#: Config keys allowed to differ between the runs of one table: what defines an arm, the
+#: seed, and the experiment's name.
+_ARM_KEYS = ("config.granularity.", "config.clipping.", "config.seed", "config.experiment")
+
+
+def final_scores(
+    evals: pd.DataFrame, *, stat: str = "acc/mean", k: int | None = None
+) -> tuple[pd.DataFrame, int | None]:
+    """Each run's last evaluation of ``val-core/<family>/<stat>@k``: a frame indexed by
+    run_id with one column per family (``all`` included), and the k used (the largest k
+    logged when not given; None when there is nothing)."""
+    rows = evals[(evals["section"] == "val-core") & (evals["stat"] == stat)]
+    if rows.empty:
+        return pd.DataFrame(), k
+    if k is None:
+        k = int(rows["k"].max())
+    rows = rows[rows["k"] == k]
+    last = rows.groupby("run_id")["step"].transform("max")
+    rows = rows[rows["step"] == last]
+    wide = rows.pivot_table(index="run_id", columns="family", values="value", aggfunc="first")
+    return wide, k
+
+
+@dataclass
+class Table2:
+    """The table's contents. ``cells``: one row per (arm, column) with the estimate;
+    ``deltas``: per arm, the average's difference to BF16 paired by seed."""
+
+    arms: list[str]
+    columns: list[str]  # families, then "all"
+    cells: pd.DataFrame
+    deltas: dict[str, Estimate]
+    notes: dict[str, str]
+    seeds: dict[str, list[int]]
+    stat: str
+    k: int | None
+    items: str
+    problems: list[str] = field(default_factory=list)
+
+    def estimate(self, arm: str, column: str = "all") -> Estimate:
+        row = self.cells[(self.cells["arm"] == arm) & (self.cells["column"] == column)]
+        if row.empty:
+            return mean_ci([])
+        r = row.iloc[0]
+        return Estimate(r["mean"], r["low"], r["high"], int(r["n"]))
+
+    def per_seed(self, arm: str, column: str = "all") -> dict[int, float]:
+        return dict(self._per_seed.get((arm, column), {}))
+
+    _per_seed: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ rendering
+    def frame(self, digits: int = 1) -> pd.DataFrame:
+        """The table as rendered (strings, points): one row per arm."""
+        out = []
+        for arm in self.arms:
+            row: dict[str, str] = {"Arm": arm}
+            for col in self.columns:
+                est = self.estimate(arm, col)
+                label = "Average" if col == "all" else col
+                row[label] = format_points(est, digits, with_ci=col == "all")
+            delta = self.deltas.get(arm)
+            row["Δ vs BF16"] = "" if arm == "BF16" or delta is None else format_delta(delta, digits)
+            row["seeds"] = str(len(self.seeds.get(arm, [])))
+            row["note"] = self.notes.get(arm, "")
+            out.append(row)
+        return pd.DataFrame(out)
+
+    def to_markdown(self, digits: int = 1) -> str:
+        return _markdown(self.frame(digits))
+
+    def to_latex(self, digits: int = 1) -> str:
+        frame = self.frame(digits).drop(columns=["note"])
+        style = frame.style.hide(axis="index").format(escape="latex")
+        style = style.format_index(escape="latex", axis=1)
+        body = style.to_latex(hrules=True, column_format="l" + "r" * (len(frame.columns) - 1))
+        return body.replace("±", r"$\pm$").replace("Δ", r"$\Delta$").replace("−", "-")
+
+    def to_csv(self) -> str:
+        """Long form, every number unrounded: arm, column, mean, low, high, n, delta..."""
+        cells = self.cells.copy()
+        for name in ("delta_mean", "delta_low", "delta_high", "delta_n"):
+            cells[name] = math.nan
+        for arm, d in self.deltas.items():
+            at = (cells["arm"] == arm) & (cells["column"] == "all")
+            cells.loc[at, ["delta_mean", "delta_low", "delta_high", "delta_n"]] = (
+                d.mean, d.low, d.high, d.n,
+            )  # fmt: skip
+        cells["stat"], cells["k"] = self.stat, self.k
+        return cells.to_csv(index=False)
+
+
+def format_points(est: Estimate, digits: int, with_ci: bool) -> str:
+    if est.n == 0:
+        return "–"
+    text = f"{100 * est.mean:.{digits}f}"
+    if with_ci and est.n >= 2:
+        text += f" ± {100 * est.half_width:.{digits}f}"
+    return text
+
+
+def format_delta(d: Estimate, digits: int) -> str:
+    if d.n == 0:
+        return "–"
+    text = f"{100 * d.mean:+.{digits}f}"
+    if d.n >= 2:
+        text += f" [{100 * d.low:+.{digits}f}, {100 * d.high:+.{digits}f}]"
+    return text
+
+
+def _markdown(frame: pd.DataFrame) -> str:
+    cols = list(frame.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for _, row in frame.iterrows():
+        lines.append("| " + " | ".join(str(row[c]).replace("|", "/") for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def _config_problems(runs: pd.DataFrame) -> list[str]:
+    usable = runs[runs["usable"]]
+    problems = []
+    for col in sorted(c for c in usable.columns if c.startswith("config.")):
+        if col.startswith(_ARM_KEYS):
+            continue
+        values = usable[col].map(repr).unique()
+        if len(values) > 1:
+            problems.append(
+                f"runs in this table differ in {col[len('config.') :]}: {', '.join(sorted(values))}"
+            )
+    return problems
+
+
+def table2(
+    runs: pd.DataFrame,
+    evals: pd.DataFrame,
+    *,
+    arms: Sequence[str] = TABLE2_ARMS,
+    stat: str = "acc/mean",
+    k: int | None = None,
+    level: float = 0.95,
+    baseline: str = "BF16",
+) -> Table2:
+    """Build the table from a :func:`~fp8rl.analysis.load.runs_frame` and an
+    :func:`~fp8rl.analysis.load.eval_frame` (module docstring). Arms the experiment ran
+    beyond ``arms`` are appended as extra rows."""
+    scores, k = final_scores(evals, stat=stat, k=k)
+    families = sorted(c for c in scores.columns if c != "all")
+    columns = [*families, "all"] if len(scores.columns) else ["all"]
+    extra = sorted(set(runs["arm"]) - set(arms)) if not runs.empty else []
+    all_arms = [*arms, *extra]
+    cells, notes, seeds, per_seed = [], {}, {}, {}
+    for arm in all_arms:
+        mine = runs[runs["arm"] == arm] if not runs.empty else runs
+        usable = mine[mine["usable"]] if not mine.empty else mine
+        scored = [r for r in usable.itertuples() if r.run_id in scores.index]
+        seeds[arm] = sorted(int(r.seed) for r in scored)
+        note = []
+        if mine.empty:
+            note.append("not run")
+        for r in mine.itertuples():
+            if not r.usable:
+                note.append(f"seed {r.seed}: {r.state}")
+            elif r.run_id not in scores.index:
+                note.append(f"seed {r.seed}: no held-out evaluation")
+        if note:
+            notes[arm] = "; ".join(note)
+        for col in columns:
+            values = {
+                int(r.seed): float(scores.loc[r.run_id, col])
+                for r in scored
+                if col in scores.columns
+            }
+            per_seed[(arm, col)] = values
+            est = mean_ci(list(values.values()), level)
+            cells.append(
+                {
+                    "arm": arm,
+                    "column": col,
+                    "mean": est.mean,
+                    "low": est.low,
+                    "high": est.high,
+                    "n": est.n,
+                }
+            )
+    base = per_seed.get((baseline, "all"), {})
+    deltas = {
+        arm: paired_difference(per_seed.get((arm, "all"), {}), base, level)
+        for arm in all_arms
+        if arm != baseline
+    }
+    items = ", ".join(sorted(set(runs.loc[runs["usable"], "items"]))) if "items" in runs else ""
+    table = Table2(
+        arms=all_arms,
+        columns=columns,
+        cells=pd.DataFrame(cells),
+        deltas=deltas,
+        notes=notes,
+        seeds=seeds,
+        stat=stat,
+        k=k,
+        items=items,
+        problems=_config_problems(runs) if not runs.empty else [],
+    )
+    table._per_seed = per_seed
+    return table
+
+
+def paper_block(table: Table2, digits: int = 1) -> pd.DataFrame:
+    """The paper's published averages beside this table's, labelled as different scales."""
+    base = PAPER_TABLE2["BF16"]
+    rows = []
+    for arm, value in PAPER_TABLE2.items():
+        ours = table.estimate(arm)
+        delta = table.deltas.get(arm)
+        paper_delta = "–" if value is None else f"{value - base:+.1f}"
+        rows.append(
+            {
+                "Arm": arm,
+                "paper (8B, points)": "–" if value is None else f"{value:.1f}",
+                "paper Δ vs BF16": "" if arm == "BF16" else paper_delta,
+                "here (tiny, points)": format_points(ours, digits, with_ci=True),
+                "here Δ vs BF16": ""
+                if arm == "BF16" or delta is None
+                else format_delta(delta, digits),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def paper_block_markdown(table: Table2, digits: int = 1) -> str:
+    return _markdown(paper_block(table, digits))
+
+
+__all__ += ["paper_block_markdown"]

@@ -1,0 +1,135 @@
+"""What did and did not reproduce: the paper's Table-2 claims as rules on a :class:`Table2`.
+
+Each claim is decided on the held-out average (column ``all``) by a t-interval over seeds
+of a difference **paired by seed** (same seed = same base model, same data order):
+
+* ``fp8_degrades[g]`` — plain FP8 training at granularity g loses accuracy against BF16:
+  ``g - BF16``.
+* ``coarse_worse_than_blockwise[g]`` (g = tensorwise, rowwise) — the coarse granularities
+  lose more than blockwise: ``g - blockwise``.
+* ``cc_recovers[g]`` — Calibrated Clipping improves on plain FP8 at g: ``(g + CC) - g``.
+* ``cc_matches_bf16`` — blockwise + CC is within ``margin`` of BF16 (the paper: 58.6 vs
+  57.6): ``(blockwise + CC) - BF16``.
+
+The verdict of a difference d with interval [lo, hi] and the claim's expected sign:
+
+* **reproduced** — the interval lies wholly on the claimed side of 0 (for
+  ``cc_matches_bf16``: lo > -margin);
+* **contradicted** — the interval lies wholly on the other side (for
+  ``cc_matches_bf16``: hi < -margin);
+* **not shown** — the interval contains 0 (or -margin): this scale and number of seeds
+  cannot tell;
+* **undecided** — fewer than two paired seeds (no interval), or an arm missing.
+
+These are the rules the report applies; a study's protocol may pre-register a different
+level or margin, and passes them here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fp8rl.analysis.stats import Estimate, paired_difference
+from fp8rl.analysis.tables import Table2, format_delta
+
+__all__ = ["VERDICTS", "Verdict", "decide", "table2_verdicts"]
+
+VERDICTS = ("reproduced", "contradicted", "not shown", "undecided")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    claim: str
+    comparison: str  # "A - B"
+    estimate: Estimate
+    verdict: str
+    rule: str
+
+
+def decide(d: Estimate, sign: int, threshold: float = 0.0) -> str:
+    """The verdict for difference ``d`` whose claimed direction is ``sign`` (+1: above
+    ``threshold``, -1: below it); module docstring."""
+    if d.n < 2:
+        return "undecided"
+    if sign > 0:
+        if d.low > threshold:
+            return "reproduced"
+        if d.high < threshold:
+            return "contradicted"
+    else:
+        if d.high < threshold:
+            return "reproduced"
+        if d.low > threshold:
+            return "contradicted"
+    return "not shown"
+
+
+def _diff(table: Table2, a: str, b: str, level: float) -> Estimate:
+    return paired_difference(table.per_seed(a), table.per_seed(b), level)
+
+
+def table2_verdicts(table: Table2, *, level: float = 0.95, margin: float = 0.02) -> list[Verdict]:
+    """Every claim of the module docstring, decided on ``table`` (margin in [0, 1] units)."""
+    out = []
+    ci = f"{level:.0%} paired t-interval"
+    for g in ("Tensorwise", "Rowwise", "Blockwise"):
+        d = _diff(table, f"{g} FP8", "BF16", level)
+        out.append(
+            Verdict(
+                f"plain {g.lower()} FP8 loses accuracy vs BF16",
+                f"{g} FP8 - BF16",
+                d,
+                decide(d, -1),
+                f"{ci} below 0",
+            )
+        )
+    for g in ("Tensorwise", "Rowwise"):
+        d = _diff(table, f"{g} FP8", "Blockwise FP8", level)
+        out.append(
+            Verdict(
+                f"{g.lower()} loses more than blockwise",
+                f"{g} FP8 - Blockwise FP8",
+                d,
+                decide(d, -1),
+                f"{ci} below 0",
+            )
+        )
+    for g in ("Tensorwise", "Rowwise", "Blockwise"):
+        d = _diff(table, f"{g} FP8 + CC", f"{g} FP8", level)
+        out.append(
+            Verdict(
+                f"Calibrated Clipping improves {g.lower()} FP8",
+                f"{g} FP8 + CC - {g} FP8",
+                d,
+                decide(d, +1),
+                f"{ci} above 0",
+            )
+        )
+    d = _diff(table, "Blockwise FP8 + CC", "BF16", level)
+    out.append(
+        Verdict(
+            f"blockwise FP8 + CC matches BF16 (within {100 * margin:.0f} points)",
+            "Blockwise FP8 + CC - BF16",
+            d,
+            decide(d, +1, threshold=-margin),
+            f"{ci} above -{100 * margin:.0f} points",
+        )
+    )
+    return out
+
+
+def verdicts_markdown(verdicts: list[Verdict], digits: int = 1) -> str:
+    lines = [
+        "| claim (paper) | difference | here (points) | seeds | verdict | rule |",
+        "|---|---|---|---|---|---|",
+    ]
+    for v in verdicts:
+        e = v.estimate
+        value = format_delta(e, digits)
+        lines.append(
+            f"| {v.claim} | {v.comparison} | {value} | {e.n} | **{v.verdict}** | {v.rule} |"
+        )
+    return "\n".join(lines)
+
+
+__all__ += ["verdicts_markdown"]

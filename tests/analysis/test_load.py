@@ -1,0 +1,87 @@
+import json
+
+import pytest
+from synthetic_store import add_run
+
+from fp8rl.analysis.load import eval_frame, items_label, metrics_frame, runs_frame
+from fp8rl.runs import RunStore
+
+FAMILIES = {"add_sub": 0.5, "multiply": 0.25}
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = RunStore(tmp_path / "runs")
+    add_run(store, "t2", "BF16", 0, scores=FAMILIES)
+    add_run(store, "t2", "BF16", 1, scores=FAMILIES, steps=10, stop_at=3, status="running")
+    add_run(store, "t2", "Blockwise FP8", 0, scores=FAMILIES, status="failed")
+    add_run(store, "t2", "Blockwise FP8 + CC", 0, scores=FAMILIES, status="pruned")
+    return store
+
+
+def test_every_run_is_listed_with_a_state_that_says_why_it_is_not_a_result(store):
+    runs = runs_frame(store, "t2")
+    states = dict(zip(zip(runs["arm"], runs["seed"], strict=False), runs["state"], strict=True))
+    assert states[("BF16", 0)] == "done"
+    assert states[("BF16", 1)] == "running at step 3/10"
+    assert states[("Blockwise FP8", 0)].startswith("failed at step 4: synthetic failed")
+    assert states[("Blockwise FP8 + CC", 0)].startswith("pruned")
+    assert runs["usable"].tolist().count(True) == 1
+    assert "config.granularity.training" in runs.columns
+
+
+def test_stale_and_damaged_runs_are_listed_not_raised(store, tmp_path):
+    run_dir = next(p for p in (tmp_path / "runs" / "t2").iterdir() if (p / "eval.jsonl").exists())
+    (run_dir / "metrics.jsonl").write_bytes(b"\xff\xfe garbage\n")
+    newer = RunStore(tmp_path / "runs", results_version=99)
+    runs = runs_frame(newer, "t2")
+    assert all(s.startswith(("stale", "damaged")) for s in runs["state"])
+    assert not runs["usable"].any()
+    runs = runs_frame(store, "t2")
+    assert any(s.startswith("damaged") for s in runs["state"])
+    metrics_frame(store, "t2", runs)  # the damaged run's log is left out, the rest loads
+
+
+def test_metrics_frame_is_tidy_and_filters_by_name_and_prefix(store):
+    runs = runs_frame(store, "t2")
+    m = metrics_frame(store, "t2", runs)
+    assert list(m.columns) == ["run_id", "step", "metric", "value"]
+    assert set(m["metric"]) == {"actor/entropy"}
+    assert len(m) == 4 + 3 + 4 + 4  # the running run contributes the steps it has
+    assert metrics_frame(store, "t2", runs, prefixes=("critic/",)).empty
+
+
+def test_eval_frame_splits_names_and_labels_the_items(store):
+    runs = runs_frame(store, "t2")
+    e = eval_frame(store, "t2", runs)
+    row = e[(e["family"] == "multiply") & (e["step"] == 4)].iloc[0]
+    assert (row["section"], row["stat"], row["k"], row["value"]) == (
+        "val-core",
+        "acc/mean",
+        1,
+        0.25,
+    )
+    assert row["items"] == "the first 10 items of each family's held-out set, greedy"
+    assert set(e["family"]) == {"add_sub", "multiply", "all"}
+
+
+def test_items_label_names_sampling():
+    cfg = {"eval": {"limit": None, "k": 4, "greedy": False, "temperature": 1.0}}
+    assert items_label(cfg) == "every item of each family's held-out set, k=4 samples at T=1.0"
+
+
+def test_an_exported_copy_reads_like_the_store(store, tmp_path):
+    from fp8rl.analysis.export import export_experiment
+
+    summary = export_experiment(store, "t2", tmp_path / "results")
+    assert len(summary.written) == 3 and len(summary.skipped) == 1  # the running one
+    copy = runs_frame(tmp_path / "results", "t2")
+    assert sorted(copy["state"].str.split(" ").str[0]) == ["done", "failed", "pruned"]
+    records = []
+    for run_dir in (tmp_path / "results" / "t2").iterdir():
+        assert not (run_dir / "checkpoints").exists()
+        if (run_dir / "integrity.json").exists():  # done runs have one
+            records.append(json.loads((run_dir / "integrity.json").read_text()))
+    assert len(records) == 1 and records[0]["checkpoints"] == {}
+    again = export_experiment(store, "t2", tmp_path / "results")
+    assert again.written == [] and len(again.unchanged) == 3

@@ -1,0 +1,87 @@
+"""make reproduce-table2 QUICK=1, end to end: the real driver in a temp dir, twice."""
+
+import os
+import runpy
+import subprocess
+import sys
+
+import pytest
+
+from fp8rl.analysis.reproduce import plan_table2
+from fp8rl.config import ConfigError
+
+from room_rules import REPO
+
+DRIVER = REPO / "analysis" / "reproduce_table2.py"
+
+
+def _drive(cwd, *args, timeout=300):
+    env = dict(os.environ, PYTHONPATH=str(REPO), FP8RL_PROGRESS="0")
+    return subprocess.run(
+        [sys.executable, str(DRIVER), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_plan_sizes_grids_and_folders(tmp_path):
+    quick = plan_table2("quick", runs_dir=tmp_path)
+    assert quick.experiment == "table2_quick"
+    assert quick.grids[0][0] == "+experiment=table2_quick"
+    assert quick.grids[1][-2:] == ["granularity=fp8_rollout_only", "clipping=standard"]
+    assert quick.results_dir == tmp_path / "results"  # quick stays out of git
+    default = plan_table2("default", seeds="0, 1")
+    assert str(default.report_dir) == "docs/reports/table2_default"
+    assert "seed=0,1" in default.grids[0] and default.commands == [
+        "make reproduce-table2 SEEDS=0,1"
+    ]
+    assert plan_table2("full").experiment == "table2"
+    with pytest.raises(ConfigError, match="unknown size"):
+        plan_table2("huge")
+    with pytest.raises(ConfigError, match="SEEDS"):
+        plan_table2("quick", seeds="0,x")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--backend", "verl"], "backend=verl is not available yet"),
+        (["--seeds", "one"], "SEEDS='one'"),
+    ],
+)
+def test_bad_requests_are_refused_before_anything_runs(
+    tmp_path, monkeypatch, capsys, args, message
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [str(DRIVER), "--size", "quick", "--runs-dir", "r", *args])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(DRIVER), run_name="__main__")
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_quick_reproduce_runs_exports_reports_and_a_second_call_recomputes_nothing(tmp_path, cache):
+    args = ("--size", "quick", "--runs-dir", "runs", "--cache-dir", str(cache), "--threads", "1")
+    first = _drive(tmp_path, *args)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "9 written" in first.stdout
+    assert "| Blockwise FP8 + CC |" in first.stdout and "**undecided**" in first.stdout
+    report = tmp_path / "runs" / "reports" / "table2_quick"
+    for name in ("README.md", "table2.md", "table2.tex", "table2.csv", "verdicts.md", "paper.md"):
+        assert (report / name).stat().st_size > 0, name
+    assert len(list((report / "figures").glob("*.png"))) == 6
+    results = tmp_path / "runs" / "results" / "table2_quick"
+    assert len([p for p in results.iterdir() if p.is_dir()]) == 9
+    assert not list(results.rglob("checkpoints"))
+    readme = (report / "README.md").read_text()
+    assert "make reproduce-table2 QUICK=1" in readme and "9 of 9 runs finished" in readme
+
+    metrics = sorted((tmp_path / "runs" / "table2_quick").glob("*/metrics.jsonl"))
+    before = [p.stat().st_mtime_ns for p in metrics]
+    second = _drive(tmp_path, *args)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "0 written, 9 unchanged" in second.stdout
+    assert [p.stat().st_mtime_ns for p in metrics] == before  # nothing recomputed

@@ -1,0 +1,84 @@
+import math
+
+import pytest
+from scipy import stats
+from synthetic_store import add_run
+
+from fp8rl.analysis.load import eval_frame, runs_frame
+from fp8rl.analysis.stats import mean_ci, paired_difference
+from fp8rl.analysis.tables import table2
+from fp8rl.runs import RunStore
+
+
+def test_mean_ci_is_the_t_interval():
+    est = mean_ci([0.2, 0.4, 0.6])
+    half = stats.t.ppf(0.975, 2) * 0.2 / math.sqrt(3)
+    assert est.mean == pytest.approx(0.4) and est.n == 3
+    assert (est.low, est.high) == pytest.approx((0.4 - half, 0.4 + half))
+    one = mean_ci([0.3])
+    assert one.mean == 0.3 and math.isnan(one.low) and not one.excludes_zero
+    assert mean_ci([]).n == 0 and math.isnan(mean_ci([float("nan")]).mean)
+    assert mean_ci([0.5, 0.5]).half_width == 0
+
+
+def test_paired_difference_uses_only_shared_seeds():
+    d = paired_difference({0: 0.5, 1: 0.7, 2: 0.9}, {0: 0.4, 1: 0.5, 3: 0.0})
+    assert d.n == 2 and d.mean == pytest.approx(0.15)
+    half = stats.t.ppf(0.975, 1) * math.sqrt((0.1 - 0.15) ** 2 + (0.2 - 0.15) ** 2) / math.sqrt(2)
+    assert (d.low, d.high) == pytest.approx((0.15 - half, 0.15 + half))
+
+
+@pytest.fixture
+def table(tmp_path):
+    store = RunStore(tmp_path / "runs")
+    for seed, (bf16, blk) in enumerate([(0.50, 0.40), (0.60, 0.45), (0.70, 0.55)]):
+        add_run(store, "t", "BF16", seed, scores={"a": bf16, "b": bf16 + 0.1})
+        add_run(store, "t", "Blockwise FP8", seed, scores={"a": blk, "b": blk + 0.1})
+    add_run(store, "t", "Blockwise FP8 + CC", 0, scores={"a": 0.9, "b": 0.9})
+    add_run(store, "t", "Blockwise FP8 + CC", 1, scores={"a": 0.1, "b": 0.1}, status="failed")
+    runs = runs_frame(store, "t")
+    return table2(runs, eval_frame(store, "t", runs))
+
+
+def test_cells_are_means_over_seeds_of_the_last_evaluation(table):
+    assert table.columns == ["a", "b", "all"]
+    assert table.estimate("BF16", "a").mean == pytest.approx(0.6)
+    assert table.estimate("BF16", "all").mean == pytest.approx(0.65)
+    assert table.estimate("Blockwise FP8", "b").mean == pytest.approx(0.5 + 0.2 / 3)
+    assert table.estimate("Blockwise FP8", "all").n == 3
+    # paired by seed: differences -0.10, -0.15, -0.15
+    d = table.deltas["Blockwise FP8"]
+    assert d.mean == pytest.approx(-0.4 / 3) and d.n == 3 and d.high < 0
+
+
+def test_runs_that_are_not_results_are_named_and_the_rest_builds(table):
+    assert table.estimate("Blockwise FP8 + CC").n == 1  # the failed seed is left out
+    assert table.notes["Blockwise FP8 + CC"].startswith("seed 1: failed")
+    assert table.notes["Tensorwise FP8"] == "not run"
+    assert table.estimate("Tensorwise FP8").n == 0
+    md = table.to_markdown()
+    row = next(line for line in md.splitlines() if line.startswith("| Tensorwise FP8 |"))
+    assert "–" in row and "not run" in row
+
+
+def test_rendered_forms_carry_the_same_numbers(table):
+    md = table.to_markdown()
+    bf16 = next(line for line in md.splitlines() if line.startswith("| BF16 |"))
+    half = 100 * table.estimate("BF16").half_width
+    assert f"65.0 ± {half:.1f}" in bf16
+    blk = next(line for line in md.splitlines() if line.startswith("| Blockwise FP8 |"))
+    assert "-13.3 [" in blk
+    tex = table.to_latex()
+    assert "\\toprule" in tex and "\\midrule" in tex and "$\\pm$" in tex
+    csv = table.to_csv().splitlines()
+    assert csv[0].startswith("arm,column,mean,low,high,n,delta_mean")
+    assert any(line.startswith("Blockwise FP8,all,0.5166") for line in csv)
+
+
+def test_runs_that_differ_beyond_arm_and_seed_are_a_problem(tmp_path):
+    store = RunStore(tmp_path / "runs")
+    add_run(store, "t", "BF16", 0, scores={"a": 0.5})
+    add_run(store, "t", "Blockwise FP8", 0, scores={"a": 0.5}, steps=8)
+    runs = runs_frame(store, "t")
+    table = table2(runs, eval_frame(store, "t", runs))
+    assert table.problems == ["runs in this table differ in steps: 4, 8"]
