@@ -1,16 +1,18 @@
 """make report / make figures: rebuild an experiment's report folder from results/ or a run store.
 
     python analysis/report.py [--experiment table2_default] [--source results]
-        [--out docs/reports/<experiment>] [--export-from runs]
+        [--out docs/reports/<experiment>] [--export-from runs] [--readme README.md]
 
 --export-from first exports the experiment's finished runs from that run store into
---source (fp8rl.analysis.export). Every table and figure in the folder comes from
+--source (fp8rl.analysis.export); --readme rewrites that README's Table-2 block from the
+report. Every table and figure in the folder comes from
 fp8rl.analysis.report.write_report; nothing in it is edited by hand.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -18,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from fp8rl.analysis.export import export_experiment  # noqa: E402
-from fp8rl.analysis.report import write_report  # noqa: E402
+from fp8rl.analysis.report import readme_section, update_readme, write_report  # noqa: E402
 
 
 def main() -> int:
@@ -27,6 +29,7 @@ def main() -> int:
     ap.add_argument("--source", default="results", help="a results/ folder or a run store")
     ap.add_argument("--out", default=None, help="default: docs/reports/<experiment>")
     ap.add_argument("--export-from", default=None, help="export from this run store first")
+    ap.add_argument("--readme", default=None, help="also rewrite this README's Table-2 block")
     args = ap.parse_args()
     if args.export_from:
         print(export_experiment(args.export_from, args.experiment, args.source).text())
@@ -37,6 +40,10 @@ def main() -> int:
         print(f"report: {exc}", file=sys.stderr)
         return 1
     print(report.summary_text())
+    if args.readme:
+        link = os.path.relpath(out, Path(args.readme).resolve().parent)
+        changed = update_readme(args.readme, readme_section(report, link))
+        print(f"{args.readme}: {'updated' if changed else 'unchanged'}")
     return 0
 
 

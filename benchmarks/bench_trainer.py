@@ -167,6 +167,10 @@ def header(args: argparse.Namespace, base: RunConfig) -> str:
     )
 
 
+#: Row suffix of a run with granularity.bf16_compute=native (--native).
+NATIVE_TAG = ", native BF16 GEMMs"
+
+
 def fmt_ratio(new: float, old: float) -> str:
     return f"{new / old:.2f}x" if old > 0 else "–"
 
@@ -185,17 +189,22 @@ def single(args: argparse.Namespace) -> None:
     rows: dict[str, tuple[dict[str, float], float, float, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore(tmp)
+        variants = [("", {})]
+        if args.native:
+            variants.append((NATIVE_TAG, {"granularity.bf16_compute": "native"}))
         for name in pick_recipes(args.recipes):
-            cfg = override(base, run_changes(name, args.calib_period))
-            t0 = time.perf_counter()
-            summary = train(cfg, store, "bench", cache_dir=args.cache)
-            wall = time.perf_counter() - t0
-            steps = timings(summary.path)
-            warm = steps[1:] or steps
-            medians = {p: statistics.median(s[p] for s in warm) for p in PHASES}
-            calib = sum(s["calibration"] for s in steps)
-            overhead = calib / (sum(s["step"] for s in steps) - calib)
-            rows[name] = (medians, statistics.mean(s["step"] for s in warm), wall, overhead)
+            for tag, extra in variants:
+                cfg = override(base, {**run_changes(name, args.calib_period), **extra})
+                t0 = time.perf_counter()
+                summary = train(cfg, store, "bench", cache_dir=args.cache)
+                wall = time.perf_counter() - t0
+                steps = timings(summary.path)
+                warm = steps[1:] or steps
+                medians = {p: statistics.median(s[p] for s in warm) for p in PHASES}
+                calib = sum(s["calibration"] for s in steps)
+                overhead = calib / (sum(s["step"] for s in steps) - calib)
+                mean = statistics.mean(s["step"] for s in warm)
+                rows[name + tag] = (medians, mean, wall, overhead)
     baseline = rows[BASELINE][0]["step"] if BASELINE in rows else 0.0
     print(header(args, base))
     print(
@@ -209,6 +218,12 @@ def single(args: argparse.Namespace) -> None:
             f"{m['gen']:.2f} | {m['old_log_prob']:.2f} | {m['update_actor']:.2f} | "
             f"{m['calibration']:.2f} | {m['sync']:.2f} | {wall:.0f} s |"
         )
+    if args.native:
+        print("\n| run | step, emulated BF16 | step, native BF16 | native / emulated |")
+        print("|---|---|---|---|")
+        for name in pick_recipes(args.recipes):
+            emu, nat = rows[name][0]["step"], rows[name + NATIVE_TAG][0]["step"]
+            print(f"| {name} | {emu:.2f} s | {nat:.2f} s | {fmt_ratio(nat, emu)} |")
     if BLOCKWISE in rows and CALIBRATED in rows:
         std = rows[BLOCKWISE][1]
         _, cal, _, overhead = rows[CALIBRATED]
@@ -490,6 +505,12 @@ def main() -> None:
         "--trl",
         action="store_true",
         help="also time TRL's GRPOTrainer (BF16, the peer anchor; needs the bench extra)",
+    )
+    ap.add_argument(
+        "--native",
+        action="store_true",
+        help="also run each recipe with granularity.bf16_compute=native (its BF16 GEMMs on "
+        "torch.bfloat16; needs avx512_bf16 or amx_bf16) and print native / emulated",
     )
     ap.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -18,6 +18,7 @@ granularity sets the marker and the shade, Calibrated Clipping a dashed line.
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,6 +76,12 @@ class Figure:
     fig: plt.Figure
     data: pd.DataFrame
     caption: str
+
+    def _repr_png_(self) -> bytes:
+        """PNG bytes, so a notebook displays the figure (pyplot runs on Agg here)."""
+        buffer = io.BytesIO()
+        self.fig.savefig(buffer, format="png")
+        return buffer.getvalue()
 
 
 def arm_style(arm: str) -> dict[str, object]:

@@ -11,6 +11,8 @@ Three frames, all keyed by ``run_id``:
   (``acc/mean``, ``acc/pass``, ...) and ``k``, and the items it was computed on
   (``items``: per family, from the run's eval config).
 
+``runs_frame`` also carries ``wall_s``, each run's last attempt from start to finish.
+
 Every run of the experiment is listed, whatever its state: a run in progress, failed,
 pruned, damaged or of another results version appears with ``usable = False`` and a
 ``state`` saying why, so a table can say so in its cell and build the rest.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,7 @@ __all__ = [
     "metrics_frame",
     "run_state",
     "runs_frame",
+    "wall_seconds",
 ]
 
 #: ``val-core/<family>/<stat>@<k>`` (the tiny backend's and verl's validation names).
@@ -86,6 +90,17 @@ def run_state(info: RunInfo) -> str:
     return status.value
 
 
+def wall_seconds(status: Mapping[str, Any]) -> float | None:
+    """Seconds from a run's ``started_at`` to its ``finished_at`` (None if either is
+    missing): its last attempt's wall time, the base-model build included when it did one."""
+    try:
+        start = datetime.fromisoformat(status["started_at"])
+        end = datetime.fromisoformat(status["finished_at"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (end - start).total_seconds()
+
+
 def items_label(config: Mapping[str, Any]) -> str:
     """The held-out items an evaluation of this run config used, per family."""
     ev = config.get("eval") or {}
@@ -109,6 +124,7 @@ def runs_frame(source: RunStore | Path | str, experiment: str) -> pd.DataFrame:
             seed=info.config.get("seed"),
             planned_steps=_planned_steps(info.config),
             items=items_label(info.config),
+            wall_s=wall_seconds(info.status_record),
         )
         rows.append(record)
     frame = pd.DataFrame(rows)

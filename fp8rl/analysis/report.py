@@ -29,7 +29,7 @@ from fp8rl.runs import RunStore, atomic_write_text
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Report", "build_figures", "write_report"]
+__all__ = ["Report", "build_figures", "readme_section", "update_readme", "write_report"]
 
 #: Metric prefixes the figures read (the rest of metrics.jsonl is not loaded).
 FIGURE_METRICS = (
@@ -74,12 +74,31 @@ def build_figures(runs: pd.DataFrame, metrics: pd.DataFrame, evals: pd.DataFrame
     ]
 
 
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
+
+
 def _runs_table(runs: pd.DataFrame) -> str:
-    lines = ["| arm | seed | run id | state | last step |", "|---|---|---|---|---|"]
+    lines = [
+        "| arm | seed | run id | state | last step | wall time |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in runs.itertuples():
         last = "" if pd.isna(r.last_step) else int(r.last_step)
-        lines.append(f"| {r.arm} | {r.seed} | `{r.run_id}` | {r.state} | {last} |")
+        wall = "" if pd.isna(r.wall_s) else _minutes(r.wall_s)
+        lines.append(f"| {r.arm} | {r.seed} | `{r.run_id}` | {r.state} | {last} | {wall} |")
     return "\n".join(lines)
+
+
+def compute_line(runs: pd.DataFrame) -> str:
+    """The runs' summed wall time, as the report states it."""
+    walls = runs["wall_s"].dropna() if "wall_s" in runs else pd.Series(dtype=float)
+    if walls.empty:
+        return "no wall times recorded"
+    return (
+        f"the {len(walls)} finished runs took {_minutes(walls.sum())} from start to finish "
+        f"(summed; the first run of a fresh machine includes the base-model build)"
+    )
 
 
 def _setup_line(runs: pd.DataFrame) -> str:
@@ -87,16 +106,18 @@ def _setup_line(runs: pd.DataFrame) -> str:
     if ok.empty:
         return "no finished runs"
     first = ok.iloc[0]
+    cc = ok[ok.get("config.clipping.mode", pd.Series(dtype=str)) == "calibrated"]
 
     def get(key: str) -> object:
         return first.get(f"config.{key}")
 
+    period = f"K = {cc.iloc[0]['config.clipping.period']}" if not cc.empty else "no CC runs"
     return (
         f"backend {get('backend.name')}, model {get('model.preset')}, "
         f"{get('algorithm.name')}, {get('steps')} RL steps of {get('rollout.prompts_per_step')} "
         f"prompts x {get('rollout.n_samples')} samples x {get('rollout.max_new_tokens')} tokens, "
         f"lr {get('train.lr')}, eps {get('algorithm.eps_low')}/{get('algorithm.eps_high')}, "
-        f"calibration period K = {get('clipping.period')} (CC arms)"
+        f"calibration period {period}"
     )
 
 
@@ -131,7 +152,7 @@ def write_report(
     atomic_write_text(out / "table2.csv", table.to_csv())
     atomic_write_text(out / "paper.md", paper_block_markdown(table) + "\n")
     atomic_write_text(out / "verdicts.md", verdicts_markdown(verdicts) + "\n")
-    cols = ["arm", "seed", "run_id", "state", "last_step"]
+    cols = ["arm", "seed", "run_id", "state", "last_step", "wall_s"]
     atomic_write_text(out / "runs.csv", runs[cols].to_csv(index=False))
 
     n_ok = int(runs["usable"].sum())
@@ -149,6 +170,8 @@ def write_report(
         lines += ["Reproduce:", "", "```", *commands, "```", ""]
     lines += [
         f"**Setup.** {_setup_line(runs)}. {n_ok} of {len(runs)} runs finished and current.",
+        "",
+        f"**Compute.** {compute_line(runs)}.",
         "",
         f"**Held-out items.** {table.items or 'none'}; the score is each run's last evaluation "
         f"of `val-core/<family>/acc/mean@{k}` (points), mean over seeds; `Average` carries the "
@@ -184,3 +207,49 @@ def write_report(
     atomic_write_text(out / "README.md", "\n".join(lines))
     logger.info("report written to %s", out)
     return Report(out, table, verdicts, runs, paths)
+
+
+README_BEGIN = (
+    "<!-- table2:begin (written by `python analysis/report.py --readme README.md`; do not edit) -->"
+)
+README_END = "<!-- table2:end -->"
+
+
+def readme_section(report: Report, link: str) -> str:
+    """The README's Table-2 block: the table, what the runs cost, the figures, the verdict
+    counts, all from ``report`` (whose folder is ``link``, relative to the README)."""
+    counts = pd.Series([v.verdict for v in report.verdicts]).value_counts()
+    verdicts = ", ".join(f"{n} {v}" for v, n in counts.items())
+    figures = ", ".join(
+        f"[{name}]({link}/figures/{name}.png)"
+        for name in ("accuracy", "entropy", "clip_share", "logratio_hist", "bounds", "garbled")
+    )
+    return "\n".join(
+        [
+            README_BEGIN,
+            f"From the committed report [`{link}/`]({link}/README.md) "
+            f"({_setup_line(report.runs)}; {report.table.items}); "
+            f"{compute_line(report.runs)}.",
+            "",
+            report.table.to_markdown(),
+            "",
+            f"Verdicts on the paper's claims: {verdicts} (rules: `docs/analysis.md`). "
+            f"Figures: {figures}.",
+            README_END,
+        ]
+    )
+
+
+def update_readme(path: Path | str, section: str) -> bool:
+    """Replace the block between the Table-2 markers in ``path`` with ``section``; returns
+    whether the file changed. Raises ValueError when the markers are missing."""
+    path = Path(path)
+    text = path.read_text()
+    begin = text.find("<!-- table2:begin")
+    end = text.find(README_END)
+    if begin < 0 or end < begin:
+        raise ValueError(f"{path} has no <!-- table2:begin ... --> / {README_END} block")
+    new = text[:begin] + section + text[end + len(README_END) :]
+    if new != text:
+        atomic_write_text(path, new)
+    return new != text

@@ -82,8 +82,6 @@ def rows(path: Path, name: str = "metrics.jsonl", timing: bool = False) -> list[
     return out
 
 
-
-
 @pytest.mark.parametrize(
     ("recipe", "size"),
     [

@@ -1,0 +1,40 @@
+"""The notebooks in notebooks/ run headless against a store and are stored without outputs."""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from synthetic_store import add_run
+
+from fp8rl.runs import RunStore
+
+from room_rules import REPO
+
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+
+
+def test_there_are_notebooks_and_they_carry_no_outputs():
+    assert NOTEBOOKS
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert cell.outputs == [] and cell.execution_count is None, path.name
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_executes_against_a_store(path: Path, tmp_path, monkeypatch):
+    store = RunStore(tmp_path / "runs")
+    for seed in (0, 1):
+        for arm in ("BF16", "Blockwise FP8", "Blockwise FP8 + CC"):
+            add_run(store, "nb", arm, seed, scores={"a": 0.5, "b": 0.25}, steps=3)
+    monkeypatch.setenv("FP8RL_STORE", str(tmp_path / "runs"))
+    monkeypatch.setenv("FP8RL_EXPERIMENT", "nb")
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}
+    ).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 6

@@ -1,0 +1,49 @@
+import pytest
+from synthetic_store import add_run
+
+from fp8rl.analysis.report import README_END, readme_section, update_readme, write_report
+from fp8rl.runs import RunStore
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    store = RunStore(root / "runs")
+    for seed in (0, 1):
+        add_run(store, "t", "BF16", seed, scores={"a": 0.5 + 0.1 * seed})
+        add_run(store, "t", "Tensorwise FP8", seed, scores={"a": 0.3 + 0.1 * seed})
+    add_run(store, "t", "Blockwise FP8", 0, scores={"a": 0.5}, steps=9, stop_at=2, status="running")
+    return write_report(store, "t", root / "out", commands=["make reproduce-table2"])
+
+
+def test_report_folder_has_every_part_and_names_runs_that_are_not_results(report):
+    names = {p.name for p in report.directory.iterdir()}
+    assert {
+        "README.md",
+        "table2.md",
+        "table2.tex",
+        "table2.csv",
+        "paper.md",
+        "verdicts.md",
+        "runs.csv",
+    } <= names
+    readme = (report.directory / "README.md").read_text()
+    assert "make reproduce-table2" in readme and "4 of 5 runs finished" in readme
+    assert "seed 0: running at step 2/9" in readme
+    assert readme.count("![") == 6 and all(p.exists() for p in report.figures)
+    tensorwise = next(v for v in report.verdicts if v.comparison == "Tensorwise FP8 - BF16")
+    assert tensorwise.verdict == "reproduced" and tensorwise.estimate.n == 2  # -0.2 both seeds
+
+
+def test_readme_block_is_replaced_between_its_markers(report, tmp_path):
+    section = readme_section(report, "docs/reports/t")
+    assert "| Tensorwise FP8 |" in section and "docs/reports/t/figures/entropy.png" in section
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n<!-- table2:begin old -->\nold table\n{README_END}\noutro\n")
+    assert update_readme(readme, section)
+    text = readme.read_text()
+    assert text.startswith("intro\n") and text.endswith("\noutro\n") and "old table" not in text
+    assert not update_readme(readme, section)  # regenerating is idempotent
+    readme.write_text("no markers\n")
+    with pytest.raises(ValueError, match="no <!-- table2:begin"):
+        update_readme(readme, section)
