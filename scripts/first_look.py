@@ -19,7 +19,8 @@ same overrides as the ``sweep.py`` commands that ran the runs: ``runs_dir=...``,
 exactly as ``sweep.py`` does (``fp8rl.experiments.compose.expand_grid``), finds each point's
 run by its run id (``fp8rl.experiments.grid.plan_grid``) and reads the finished ones; it
 never trains. Points not finished yet are listed on stderr, and their tables left out
-(the improvement and recipes tables show the finished runs).
+(the improvement and recipes tables show the finished runs). The numbers and the
+calibration check's verdict are ``fp8rl.analysis.first_look``'s; this script only prints.
 
 The protocol (fixed before any FP8 run was looked at; docs/tiny_trainer.md;
 ``sweeps/sweep/first_look/protocol.yaml``):
@@ -42,21 +43,25 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import shlex
-import statistics
 import sys
 from pathlib import Path
-from typing import Any
 
-from scipy import stats
-
+from fp8rl.analysis.first_look import (
+    CLIPPINGS,
+    CalibrationResult,
+    calibration_cases,
+    calibration_check,
+    held_out_metric,
+    improvement_of_runs,
+    recipe_label,
+    recipe_order,
+    recipe_summary_of_run,
+)
 from fp8rl.config import RunConfig
 from fp8rl.experiments.compose import Composer, compose_grid
 from fp8rl.experiments.grid import GridPlan, GridPoint, plan_grid
 from fp8rl.experiments.schema import ConfigError
-from fp8rl.rl import summarize_shadow_steps
-from fp8rl.runs import read_step_log
 
 #: the sweeps (sweeps/sweep/<name>.yaml) each part reads (tables sort runs by recipe)
 SWEEPS: dict[str, tuple[str, ...]] = {
@@ -64,33 +69,6 @@ SWEEPS: dict[str, tuple[str, ...]] = {
     "recipes": ("first_look_recipes", "first_look_fp8_rollout", "first_look_calibration"),
     "calibration": ("first_look_calibration",),
 }
-TRAINING_ORDER = ("bf16", "tensorwise", "rowwise", "blockwise")
-
-
-def metric(cfg: RunConfig) -> str:
-    """The held-out metric of the protocol: ``acc/mean@<k>``."""
-    return f"acc/mean@{cfg.eval.k}"
-
-
-def recipe_label(cfg: RunConfig) -> str:
-    """``tensor rollout / tensorwise``, ``FP8 tensor rollout / BF16 training``, ...,
-    with ``, calibrated (K=10)`` for Calibrated Clipping."""
-    g = cfg.granularity
-    if g.training == "bf16":
-        label = "BF16 / BF16" if g.rollout is None else f"FP8 {g.rollout} rollout / BF16 training"
-    else:
-        label = f"{g.rollout or 'BF16'} rollout / {g.training}"
-    if g.lm_head:
-        label += ", FP8 LM head"
-    if cfg.clipping.mode == "calibrated":
-        label += f", calibrated (K={cfg.clipping.period})"
-    return label
-
-
-def recipe_order(cfg: RunConfig) -> tuple:
-    g = cfg.granularity
-    rank = TRAINING_ORDER.index(g.training) if g.training in TRAINING_ORDER else len(TRAINING_ORDER)
-    return (rank, g.rollout is not None, g.lm_head, cfg.clipping.mode != "standard", cfg.seed)
 
 
 def plan_sweep(sweep: str, overrides: list[str], compose: Composer) -> GridPlan:
@@ -107,38 +85,21 @@ def finished(plan: GridPlan, sweep: str, overrides: list[str]) -> list[GridPoint
     return plan.done_and_missing()[0]
 
 
-def read(path: Path, name: str) -> list[dict[str, Any]]:
-    """A run's step log as flat rows (``{"step": n, **metrics}``), through the run store."""
-    return read_step_log(path / name).to_rows()
-
-
-def t_interval(values: list[float]) -> tuple[float, float, float]:
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, math.nan, math.nan
-    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-    return mean, mean - half, mean + half
-
-
 def report_improvement(paths: list[Path], cfg: RunConfig) -> None:
-    m = metric(cfg)
+    m = held_out_metric(cfg)
     print(f"\n### BF16 RL vs the SFT base ({len(paths)} seeds, {m}, T={cfg.eval.temperature:g})\n")
     print("| family | SFT base | after RL (mean over seeds) | improvement | 95% CI |")
     print("|---|---|---|---|---|")
-    evals = [read(p, "eval.jsonl") for p in paths]
-    for family in (*(cfg.eval.families or ()), "all"):
-        key = f"val-core/{family}/{m}"
-        first = [ev[0][key] for ev in evals]
-        last = [ev[-1][key] for ev in evals]
-        mean, lo, hi = t_interval([b - a for a, b in zip(first, last, strict=True)])
+    for row in improvement_of_runs(paths, cfg):
+        est = row.improvement
         print(
-            f"| {family} | {statistics.fmean(first):.3f} | {statistics.fmean(last):.3f} | "
-            f"{mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] |"
+            f"| {row.family} | {row.base:.3f} | {row.final:.3f} | "
+            f"{est.mean:+.3f} | [{est.low:+.3f}, {est.high:+.3f}] |"
         )
 
 
 def report_recipes(named: list[tuple[str, Path]], cfg: RunConfig) -> None:
-    m = metric(cfg)
+    m = held_out_metric(cfg)
     print(f"\n### One run per recipe (seed {cfg.seed}, {m}, T={cfg.eval.temperature:g})\n")
     print(
         "| run | base | final | mean reward | reward, last 10 | entropy first -> last | "
@@ -147,37 +108,17 @@ def report_recipes(named: list[tuple[str, Path]], cfg: RunConfig) -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, path in named:
-        ev = read(path, "eval.jsonl")
-        ms = read(path, "metrics.jsonl")
-        last = ms[-10:]
-
-        def mean(key: str, rows: list[dict[str, Any]] = ms) -> float:
-            vals = [r[key] for r in rows if key in r and not math.isnan(r[key])]
-            return statistics.fmean(vals) if vals else math.nan
-
+        r = recipe_summary_of_run(path, m)
         print(
-            f"| {name} | {ev[0][f'val-core/all/{m}']:.3f} | "
-            f"{ev[-1][f'val-core/all/{m}']:.3f} | {mean('critic/score/mean'):.3f} | "
-            f"{mean('critic/score/mean', last):.3f} | {ms[0]['actor/entropy']:.3f} -> "
-            f"{ms[-1]['actor/entropy']:.3f} | {mean('fp8rl/well_formed_frac', last):.3f} | "
-            f"{mean('fp8rl/repeat_4gram_frac', last):.3f} | "
-            f"{mean('fp8rl/clipfrac_low_negadv'):.4f} | "
-            f"{mean('fp8rl/logratio/negadv/std'):.4f} | "
-            f"{mean('fp8rl/rollout_trainer_logprob_absdiff'):.4f} | "
-            f"{statistics.median(r['timing_s/step'] for r in ms):.2f} s |"
+            f"| {name} | {r.base:.3f} | {r.final:.3f} | {r.reward:.3f} | "
+            f"{r.reward_last10:.3f} | {r.entropy_first:.3f} -> {r.entropy_last:.3f} | "
+            f"{r.well_formed_last10:.3f} | {r.repeat_4gram_last10:.3f} | "
+            f"{r.clipfrac_low_negadv:.4f} | {r.logratio_negadv_std:.4f} | "
+            f"{r.rollout_trainer_absdiff:.4f} | {r.step_time:.2f} s |"
         )
 
 
-def post_calibration_gaps(path: Path, period: int) -> dict[str, float]:
-    """The shadow comparison of a run on the steps after a calibration (K = ``period``)."""
-    return summarize_shadow_steps(read(path, "metrics.jsonl"), period)
-
-
-#: one calibration case: (eps, seed, K, {"standard": run path, "calibrated": run path})
-CalibCase = tuple[float, int, int, dict[str, Path]]
-
-
-def report_calibration(cases: list[CalibCase]) -> None:
+def report_calibration(results: list[CalibrationResult]) -> None:
     print("\n### Calibrated Clipping check (blockwise FP8, steps after a calibration)\n")
     print(
         "| eps | seed | clipping | active L (mean) | FP8 clip share A<0 | BF16 shadow share "
@@ -185,10 +126,9 @@ def report_calibration(cases: list[CalibCase]) -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|")
     verdicts = []
-    for eps, s, period, paths in cases:
-        g = {}
-        for clipping in ("standard", "calibrated"):
-            g[clipping] = post_calibration_gaps(paths[clipping], period)
+    for res in results:
+        eps, s, g = res.case.eps, res.case.seed, res.gaps
+        for clipping in CLIPPINGS:
             x = g[clipping]
             print(
                 f"| {eps} | {s} | {clipping} | {x['post_clip_low']:.4f} | "
@@ -197,30 +137,9 @@ def report_calibration(cases: list[CalibCase]) -> None:
             )
         verdicts.append(
             f"eps {eps} seed {s}: calibrated |gap| {g['calibrated']['post_abs_gap']:.4f} vs "
-            f"standard {g['standard']['post_abs_gap']:.4f} -> "
-            + (
-                "closer"
-                if g["calibrated"]["post_abs_gap"] < g["standard"]["post_abs_gap"]
-                else "NOT closer"
-            )
+            f"standard {g['standard']['post_abs_gap']:.4f} -> {res.verdict}"
         )
     print("\n" + "\n".join(f"- {v}" for v in verdicts))
-
-
-def calibration_cases(points: list[GridPoint]) -> list[CalibCase]:
-    """The finished (standard, calibrated) pairs of the calibration sweep, by (eps, seed);
-    K is the calibrated run's (the standard run's period is not part of its config)."""
-    pairs: dict[tuple[float, int], dict[str, GridPoint]] = {}
-    for p in points:
-        cfg = p.resolved.config
-        pairs.setdefault((cfg.algorithm.eps_low, cfg.seed), {})[cfg.clipping.mode] = p
-    cases = []
-    for (eps, seed), pair in sorted(pairs.items()):
-        if set(pair) >= {"standard", "calibrated"}:
-            period = pair["calibrated"].resolved.config.clipping.period
-            paths = {mode: pair[mode].path for mode in ("standard", "calibrated")}
-            cases.append((eps, seed, period, paths))
-    return cases
 
 
 def main() -> None:
@@ -254,9 +173,10 @@ def main() -> None:
             named = [(recipe_label(p.resolved.config), p.path) for p in ordered]
             report_recipes(named, ordered[0].resolved.config)
     if "calibration" in parts:
-        cases = calibration_cases(done["first_look_calibration"])
+        points = done["first_look_calibration"]
+        cases = calibration_cases((p.resolved.config, p.path) for p in points)
         if cases:
-            report_calibration(cases)
+            report_calibration(calibration_check(cases))
 
 
 if __name__ == "__main__":

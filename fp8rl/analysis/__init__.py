@@ -12,4 +12,12 @@ folder, which has the same layout) through :class:`fp8rl.runs.RunStore`, never a
 * :mod:`.figures`  — matplotlib figures, each returning the data it plotted.
 * :mod:`.export`   — an experiment's compact results into ``results/``.
 * :mod:`.report`   — a report folder: tables, figures and a generated summary.
+* :mod:`.reproduce` — ``make reproduce-table2``: which grids a size runs, where results go.
+* :mod:`.first_look` — the tiny trainer's first look: improvement over the SFT base, one
+  row per recipe, the calibration check and its verdict.
+* :mod:`.regime`   — the regime study: FP8 vs its BF16 shadow, and its verdicts.
+* :mod:`.noise`    — the noise table: std of the log-ratio noises per recipe.
+
+Scripts in ``scripts/`` (``first_look.py``, ``regime_report.py``, ``noise_table.py``) only
+find runs and print what these return.
 """

@@ -3,6 +3,7 @@ scores and metric curves, written through the real RunStore API (no training).""
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -31,7 +32,7 @@ ARM_CONFIGS: dict[str, dict[str, Any]] = {
 
 def config(arm: str, seed: int, steps: int = 4, **extra: Any) -> dict[str, Any]:
     cfg = {
-        **ARM_CONFIGS[arm],
+        **copy.deepcopy(ARM_CONFIGS[arm]),  # the dotted keys below must not edit ARM_CONFIGS
         "seed": seed,
         "steps": steps,
         "algorithm": {"eps_low": 0.2, "eps_high": 0.2, "name": "grpo"},
