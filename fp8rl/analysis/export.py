@@ -4,14 +4,18 @@
 its reports need as each piece finishes: per finished run (done, failed or pruned, of the
 current results version) its ``config.yaml``, ``status.json``, ``provenance.json``,
 ``metrics.jsonl``, ``eval.jsonl`` and ``integrity.json`` — no checkpoints, and at most
-``samples`` token-level sample dumps (the first and last steps' first). The copy has the run
+``samples`` token-level sample dumps (the first and last steps' first). Metrics whose names
+start with one of ``drop_prefixes`` are left out of the copy's ``metrics.jsonl``; by default
+the per-layer FP8 statistics (``fp8rl/fp8/*``, 348 of a blockwise step's 540 metrics, 64%
+of its bytes), which no report reads and which stay in the run store. The copy has the run
 store's layout (``results/<experiment>/<run_id>/``), so every reader takes either.
 
 Each run is written atomically (built under a temporary name, then renamed), an exported
-run is replaced only when its source changed, and runs not finished (pending, running,
-damaged, stale) are skipped and listed. The integrity record is rewritten for the copy:
-the same per-line digests, the copy's sizes and times, and no checkpoints (the copy has
-none by design), so a reader checks the exported logs exactly as it checks a run's.
+run is replaced only when what it would write changed, and runs not finished (pending,
+running, damaged, stale) are skipped and listed. A done run's integrity record is made anew
+for the copy (``fp8rl.runs.integrity.make_record``: its logs' per-line digests, no
+checkpoints, the source's config hash and finish time) with ``exported_from`` saying what
+was left out, so a reader checks an exported run exactly as it checks a run.
 """
 
 from __future__ import annotations
@@ -23,14 +27,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fp8rl.analysis.load import as_store
-from fp8rl.runs import RunStatus, RunStore, atomic_directory, atomic_write_json
+from fp8rl.runs import RunStatus, RunStore, atomic_directory, atomic_write_json, read_step_log
+from fp8rl.runs.integrity import make_record
+from fp8rl.runs.jsonl import encode_record
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EXPORTED_FILES", "ExportSummary", "export_experiment"]
+__all__ = ["DROPPED_METRICS", "EXPORTED_FILES", "ExportSummary", "export_experiment"]
 
 EXPORTED_FILES = ("config.yaml", "status.json", "provenance.json", "metrics.jsonl", "eval.jsonl")
 _FINAL = (RunStatus.DONE, RunStatus.FAILED, RunStatus.PRUNED)
+#: Metric-name prefixes left out of an export by default (module docstring).
+DROPPED_METRICS: tuple[str, ...] = ("fp8rl/fp8/",)
 
 
 @dataclass
@@ -50,14 +58,34 @@ class ExportSummary:
         return "\n".join(parts)
 
 
-def _same_content(src: Path, dst: Path) -> bool:
+def _contents(run_dir: Path, drop: tuple[str, ...]) -> dict[str, bytes]:
+    """What the export writes for each of :data:`EXPORTED_FILES` the run has."""
+    out = {}
     for name in EXPORTED_FILES:
-        a, b = src / name, dst / name
-        if a.exists() != b.exists():
-            return False
-        if a.exists() and a.read_bytes() != b.read_bytes():
-            return False
-    return True
+        path = run_dir / name
+        if not path.exists():
+            continue
+        if name == "metrics.jsonl" and drop:
+            out[name] = b"".join(
+                encode_record(
+                    r["step"], {k: v for k, v in r["data"].items() if not k.startswith(drop)}
+                )
+                for r in read_step_log(path).records
+            )
+        else:
+            out[name] = path.read_bytes()
+    return out
+
+
+def _unchanged(target: Path, contents: dict[str, bytes], samples: list[Path]) -> bool:
+    if not target.is_dir():
+        return False
+    have = {p.name for p in target.iterdir() if p.name in EXPORTED_FILES}
+    if have != set(contents):
+        return False
+    if any((target / name).read_bytes() != data for name, data in contents.items()):
+        return False
+    return {p.name for p in (target / "samples").glob("*.json")} == {p.name for p in samples}
 
 
 def _pick_samples(samples_dir: Path, n: int) -> list[Path]:
@@ -69,7 +97,12 @@ def _pick_samples(samples_dir: Path, n: int) -> list[Path]:
 
 
 def export_experiment(
-    source: RunStore | Path | str, experiment: str, destination: Path | str, *, samples: int = 2
+    source: RunStore | Path | str,
+    experiment: str,
+    destination: Path | str,
+    *,
+    samples: int = 2,
+    drop_prefixes: tuple[str, ...] = DROPPED_METRICS,
 ) -> ExportSummary:
     """Export ``experiment``'s finished runs from ``source`` to ``destination/<experiment>``
     (module docstring); returns what was written, left unchanged and skipped."""
@@ -85,29 +118,27 @@ def export_experiment(
             continue
         target = summary.destination / info.run_id
         chosen = _pick_samples(info.path / "samples", samples)
-        if target.exists() and _same_content(info.path, target):
-            have = {p.name for p in (target / "samples").glob("*.json")}
-            if have == {p.name for p in chosen}:
-                summary.unchanged.append(info.run_id)
-                continue
+        contents = _contents(info.path, tuple(drop_prefixes))
+        if _unchanged(target, contents, chosen):
+            summary.unchanged.append(info.run_id)
+            continue
         with atomic_directory(target, overwrite=True) as tmp:
-            for name in EXPORTED_FILES:
-                if (info.path / name).exists():
-                    shutil.copy2(info.path / name, tmp / name)
+            for name, data in contents.items():
+                (tmp / name).write_bytes(data)
             if chosen:
                 (tmp / "samples").mkdir()
                 for path in chosen:
                     shutil.copy2(path, tmp / "samples" / path.name)
             record_path = info.path / "integrity.json"
             if record_path.exists():
-                record = json.loads(record_path.read_text())
-                for name, log in (record.get("logs") or {}).items():
-                    copied = tmp / name
-                    if copied.exists():
-                        st = copied.stat()
-                        log["size"], log["mtime_ns"] = st.st_size, st.st_mtime_ns
-                record["checkpoints"] = {}
-                record["exported_from"] = {"path": str(info.path), "checkpoints_left_out": True}
+                source_record = json.loads(record_path.read_text())
+                record = make_record(
+                    tmp, source_record.get("config_sha256"), source_record.get("finished_at")
+                )
+                record["exported_from"] = {
+                    "dropped_metric_prefixes": list(drop_prefixes),
+                    "checkpoints_left_out": sorted(source_record.get("checkpoints") or {}),
+                }
                 atomic_write_json(tmp / "integrity.json", record)
         summary.written.append(info.run_id)
         logger.info("exported %s/%s", experiment, info.run_id)

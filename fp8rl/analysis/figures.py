@@ -39,6 +39,7 @@ __all__ = [
     "arm_style",
     "bounds_figure",
     "clip_share_figure",
+    "entropy_difference",
     "entropy_figure",
     "garbled_figure",
     "logratio_histogram_figure",
@@ -146,7 +147,7 @@ def entropy_figure(
     peaks marked."""
     with plt.rc_context(RC):
         data = arm_curves(runs, metrics, "actor/entropy")
-        fig, ax = plt.subplots(figsize=(6.4, 3.8))
+        fig, (ax, diff_ax) = plt.subplots(1, 2, figsize=(9.0, 3.8), sharex=True)
         _plot_curves(ax, data)
         surges = []
         for arm in _ordered(list(data["arm"].unique())):
@@ -166,6 +167,13 @@ def entropy_figure(
                 surges.append({"arm": arm, **s.__dict__})
         ax.set_xlabel("RL step")
         ax.set_ylabel("token entropy (nats)")
+        ax.set_title("per arm", fontsize=9)
+        diff = entropy_difference(data)
+        _plot_curves(diff_ax, diff)
+        diff_ax.axhline(0.0, color="black", linewidth=0.8)
+        diff_ax.set_xlabel("RL step")
+        diff_ax.set_ylabel("entropy minus BF16's (nats)")
+        diff_ax.set_title("difference from BF16 at the same step", fontsize=9)
         _finish(fig, [ax], "Token entropy during RL (mean over seeds)")
     data.attrs["surges"] = surges
     caption = (
@@ -174,6 +182,15 @@ def entropy_figure(
         f"{len(surges)} detected."
     )
     return Figure("entropy", fig, data, caption)
+
+
+def entropy_difference(data: pd.DataFrame, baseline: str = "BF16") -> pd.DataFrame:
+    """Each arm's curve minus ``baseline``'s at the same step (``arm, step, value``; the
+    baseline itself left out; steps the baseline lacks dropped)."""
+    base = data[data["arm"] == baseline][["step", "value"]].rename(columns={"value": "base"})
+    out = data[data["arm"] != baseline].merge(base, on="step")
+    out["value"] = out["value"] - out["base"]
+    return out[["arm", "step", "value"]]
 
 
 def clip_share_figure(runs: pd.DataFrame, metrics: pd.DataFrame) -> Figure:

@@ -1,8 +1,9 @@
 """The paper's Table-2 layout from a run store: mean and t-interval over seeds per arm and
 held-out family, the average, and the difference to BF16 paired by seed.
 
-Rows are :data:`fp8rl.analysis.arms.TABLE2_ARMS` (then any other arm the experiment ran,
-e.g. the BF16 + CC control); columns are the held-out families and their unweighted
+Rows are :data:`BASE_ROW` (the BF16 runs' step-0 evaluation: the SFT base, so a reader
+sees what RL changed), :data:`fp8rl.analysis.arms.TABLE2_ARMS` (then any other arm the
+experiment ran, e.g. the BF16 + CC control); columns are the held-out families and their unweighted
 average (``all``, the paper's "average of eight benchmarks"). A cell is the mean over the
 arm's usable runs (done, current results version) of the run's **last** evaluation. Runs
 that are not usable are named in the row's note (``seed 2: running at step 40/100``), and a
@@ -22,6 +23,7 @@ from fp8rl.analysis.arms import TABLE2_ARMS
 from fp8rl.analysis.stats import Estimate, mean_ci, paired_difference
 
 __all__ = [
+    "BASE_ROW",
     "PAPER_SOURCE",
     "PAPER_TABLE2",
     "Table2",
@@ -46,9 +48,12 @@ PAPER_TABLE2: dict[str, float | None] = {
     "Blockwise FP8 + CC": 58.6,
 }
 PAPER_SOURCE = (
-    "the paper: GRPO on DeepScaleR, Qwen3-8B-Base, average over eight math benchmarks "
+    "GRPO on DeepScaleR, Qwen3-8B-Base, average over eight math benchmarks "
     "(deltas vs BF16 and the blockwise + CC value published; absolute FP8 values implied)"
 )
+
+#: The row of the base model: the BF16 runs' first evaluation (step 0, before any RL).
+BASE_ROW = "SFT base (step 0)"
 
 #: Config keys allowed to differ between the runs of one table: what defines an arm, the
 #: seed, and the experiment's name.
@@ -56,18 +61,18 @@ _ARM_KEYS = ("config.granularity.", "config.clipping.", "config.seed", "config.e
 
 
 def final_scores(
-    evals: pd.DataFrame, *, stat: str = "acc/mean", k: int | None = None
+    evals: pd.DataFrame, *, stat: str = "acc/mean", k: int | None = None, first: bool = False
 ) -> tuple[pd.DataFrame, int | None]:
-    """Each run's last evaluation of ``val-core/<family>/<stat>@k``: a frame indexed by
-    run_id with one column per family (``all`` included), and the k used (the largest k
-    logged when not given; None when there is nothing)."""
+    """Each run's last (``first``: first) evaluation of ``val-core/<family>/<stat>@k``: a
+    frame indexed by run_id with one column per family (``all`` included), and the k used
+    (the largest k logged when not given; None when there is nothing)."""
     rows = evals[(evals["section"] == "val-core") & (evals["stat"] == stat)]
     if rows.empty:
         return pd.DataFrame(), k
     if k is None:
         k = int(rows["k"].max())
     rows = rows[rows["k"] == k]
-    last = rows.groupby("run_id")["step"].transform("max")
+    last = rows.groupby("run_id")["step"].transform("min" if first else "max")
     rows = rows[rows["step"] == last]
     wide = rows.pivot_table(index="run_id", columns="family", values="value", aggfunc="first")
     return wide, k
@@ -227,6 +232,29 @@ def table2(
             cells.append(
                 {
                     "arm": arm,
+                    "column": col,
+                    "mean": est.mean,
+                    "low": est.low,
+                    "high": est.high,
+                    "n": est.n,
+                }
+            )
+    start, _ = final_scores(evals, stat=stat, k=k, first=True)
+    bf16 = runs[(runs["arm"] == baseline) & runs["usable"]] if not runs.empty else runs
+    bf16 = [r for r in bf16.itertuples() if r.run_id in start.index]
+    if bf16:
+        all_arms.insert(0, BASE_ROW)
+        seeds[BASE_ROW] = sorted(int(r.seed) for r in bf16)
+        notes[BASE_ROW] = f"the {baseline} runs' first evaluation, before RL"
+        for col in columns:
+            values = {
+                int(r.seed): float(start.loc[r.run_id, col]) for r in bf16 if col in start.columns
+            }
+            per_seed[(BASE_ROW, col)] = values
+            est = mean_ci(list(values.values()), level)
+            cells.append(
+                {
+                    "arm": BASE_ROW,
                     "column": col,
                     "mean": est.mean,
                     "low": est.low,

@@ -132,3 +132,17 @@ def test_save_figure_writes_png_and_pdf(frames, tmp_path):
     assert [p.suffix for p in paths] == [".png", ".pdf"] and all(
         p.stat().st_size > 1000 for p in paths
     )
+
+
+def test_entropy_difference_panel_is_each_arm_minus_bf16(frames):
+    runs, metrics, _ = frames
+    fig = F.entropy_figure(runs, metrics)
+    diff = F.entropy_difference(fig.data)
+    assert "BF16" not in set(diff["arm"])
+    first = diff[(diff["arm"] == "Blockwise FP8") & (diff["step"] == 1)]["value"].item()
+    assert first == pytest.approx((1.0 + 1.1) / 2 - 1.0)
+    right = _lines(fig.fig.axes[1])
+    np.testing.assert_allclose(
+        right["Blockwise FP8"].get_ydata(),
+        diff[diff["arm"] == "Blockwise FP8"].sort_values("step")["value"],
+    )

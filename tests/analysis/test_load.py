@@ -85,3 +85,25 @@ def test_an_exported_copy_reads_like_the_store(store, tmp_path):
     assert len(records) == 1 and records[0]["checkpoints"] == {}
     again = export_experiment(store, "t2", tmp_path / "results")
     assert again.written == [] and len(again.unchanged) == 3
+
+
+def test_export_leaves_out_per_layer_fp8_stats_and_records_the_copy(tmp_path):
+    from fp8rl.analysis.export import export_experiment
+    from fp8rl.runs.jsonl import read_step_log
+
+    store = RunStore(tmp_path / "runs")
+    curve = lambda step: {"actor/entropy": 1.0 / step, "fp8rl/fp8/layer0/amax": 3.0}  # noqa: E731
+    run_id = add_run(store, "t", "BF16", 0, scores=FAMILIES, curve=curve)
+    export_experiment(store, "t", tmp_path / "results")
+    copy = tmp_path / "results" / "t" / run_id
+    rows = read_step_log(copy / "metrics.jsonl").to_rows()
+    assert [set(r) for r in rows] == [{"step", "actor/entropy"}] * 4
+    record = json.loads((copy / "integrity.json").read_text())
+    assert record["exported_from"]["dropped_metric_prefixes"] == ["fp8rl/fp8/"]
+    assert runs_frame(tmp_path / "results", "t")["state"].tolist() == ["done"]  # checks out
+    kept = export_experiment(store, "t", tmp_path / "full", drop_prefixes=())
+    assert kept.written == [run_id]
+    assert (
+        "fp8rl/fp8/layer0/amax" in (tmp_path / "full" / "t" / run_id / "metrics.jsonl").read_text()
+    )
+    assert export_experiment(store, "t", tmp_path / "results").unchanged == [run_id]

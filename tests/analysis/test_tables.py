@@ -6,7 +6,7 @@ from synthetic_store import add_run
 
 from fp8rl.analysis.load import eval_frame, runs_frame
 from fp8rl.analysis.stats import mean_ci, paired_difference
-from fp8rl.analysis.tables import table2
+from fp8rl.analysis.tables import BASE_ROW, table2
 from fp8rl.runs import RunStore
 
 
@@ -49,6 +49,9 @@ def test_cells_are_means_over_seeds_of_the_last_evaluation(table):
     # paired by seed: differences -0.10, -0.15, -0.15
     d = table.deltas["Blockwise FP8"]
     assert d.mean == pytest.approx(-0.4 / 3) and d.n == 3 and d.high < 0
+    # the first row is the base: the BF16 runs' step-0 evaluation (0 in this store)
+    assert table.arms[0] == BASE_ROW and table.estimate(BASE_ROW).mean == 0
+    assert table.deltas[BASE_ROW].mean == pytest.approx(-0.65) and table.deltas[BASE_ROW].n == 3
 
 
 def test_runs_that_are_not_results_are_named_and_the_rest_builds(table):
