@@ -54,7 +54,7 @@ train-tiny: setup ## One short tiny RL run (blockwise FP8 rollout+training, Cali
 		clipping=calibrated clipping.period=5 steps=30 eval.every=15 eval.limit=50 $(ARGS)
 
 .PHONY: first-run-transcript
-first-run-transcript: ## Record make train-tiny (twice) and CI's make test on a fresh clone of HEAD; write README's first-run block from it (~15 min)
+first-run-transcript: ## Record make setup, make reproduce-table2 (twice), make train-tiny and CI's make test on a fresh clone of HEAD; write README's first-run block from it (~40 min)
 	$(PY) scripts/first_run.py record
 	$(PY) scripts/first_run.py render
 

@@ -2,13 +2,14 @@
 
     python scripts/first_run.py record   # clone HEAD into a temp dir and run the newcomer path
     python scripts/first_run.py render   # README.md's first-run block from the recording
-    make first-run-transcript            # both (about 15 minutes on 2 cores)
+    make first-run-transcript            # both (about 40 minutes on 2 cores)
 
 ``record`` clones the repository's HEAD (committed files only) into a temporary directory
 and runs there, one after the other, with a cold base-model cache (``FP8RL_CACHE`` in the
 temporary directory, as on a fresh machine; pip's download cache is whatever this machine
-has): ``make setup``, ``make train-tiny`` twice (the second finds the run done) and
-``CI=true bash .ci/run`` (``make test`` as CI runs it). Every command's output and wall
+has): ``make setup``, ``make reproduce-table2`` twice (the main job; the second call
+finds every run done), ``make train-tiny`` (one single run) and ``CI=true bash .ci/run``
+(``make test`` as CI runs it). Every command's output and wall
 time go to ``docs/first_run.md`` (the transcript; the test run's output is cut to its
 tail) and ``docs/first_run.json`` (the figures ``render`` uses). ``render`` replaces the
 block between the README's ``first-run`` markers; nothing in it is typed by hand.
@@ -39,8 +40,13 @@ TAIL_LINES = 45  # of the test run's output kept in the transcript
 
 STEPS = [
     ("setup", "make setup", "creates .venv and installs the pinned stack"),
-    ("first", "make train-tiny", "the first run: builds the base model, then trains"),
-    ("second", "make train-tiny", "the same command again"),
+    (
+        "first",
+        "make reproduce-table2",
+        "the main job: builds the base model, runs the Table-2 grid, writes the report",
+    ),
+    ("second", "make reproduce-table2", "the same command again: nothing is recomputed"),
+    ("single", "make train-tiny", "one single run, the base model cached by now"),
     ("tests", "CI=true bash .ci/run", "the test suite as CI runs it: make test"),
 ]
 
@@ -85,6 +91,18 @@ def _summary_block(output: str) -> str:
         if lines[end].startswith("Show again:"):
             return "\n".join(lines[start : end + 1])
     return "\n".join(lines[start:])
+
+
+def _table_block(output: str) -> str:
+    """The Table-2 markdown ``make reproduce-table2`` prints at its end (``| Arm |`` to the
+    first blank line after it)."""
+    lines = output.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("| Arm |")]
+    if not starts:
+        return ""
+    start = starts[-1]
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    return "\n".join(lines[start:end])
 
 
 def _test_figures(output: str) -> dict[str, object]:
@@ -133,7 +151,8 @@ def record(keep: Path | None) -> int:
         "cores": len(os.sched_getaffinity(0)),
         "python": platform.python_version(),
         "steps": [{k: v for k, v in r.items() if k != "output"} for r in results],
-        "summary": _summary_block(next((r["output"] for r in results if r["key"] == "first"), "")),
+        "table": _table_block(next((r["output"] for r in results if r["key"] == "first"), "")),
+        "summary": _summary_block(next((r["output"] for r in results if r["key"] == "single"), "")),
         "tests": _test_figures(next((r["output"] for r in results if r["key"] == "tests"), "")),
     }
     _write_transcript(figures, results)
@@ -203,12 +222,27 @@ def render() -> int:
             "once `.venv` exists).",
             "",
         ]
-    if f.get("summary"):
+    if f.get("table"):
         first = steps.get("first", {})
+        committed = REPO / "docs" / "reports" / "table2_default" / "table2.md"
+        same = committed.exists() and committed.read_text().strip() == f["table"].strip()
         lines += [
-            f"The first `make train-tiny` ends with this summary ({_format_s(first.get('s', 0))} "
-            "in all, the base-model build included); the second call prints the same summary "
-            "from the run store:",
+            f"The first `make reproduce-table2` ({_format_s(first.get('s', 0))} in all, the "
+            "base-model build included) ends by printing Table 2, the verdicts and where the "
+            "report is; the second call finds every run done and prints them again."
+            + (
+                " The printed table is identical to the committed report's below."
+                if same
+                else " The printed table:"
+            ),
+            "",
+        ]
+        if not same:
+            lines += [f["table"], ""]
+    if f.get("summary"):
+        single = steps.get("single", {})
+        lines += [
+            f"`make train-tiny` ({_format_s(single.get('s', 0))}) ends with its run's summary:",
             "",
             "```text",
             f["summary"],
@@ -228,7 +262,7 @@ def render() -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    rec = sub.add_parser("record", help="clone HEAD and run the newcomer path (~15 min)")
+    rec = sub.add_parser("record", help="clone HEAD and run the newcomer path (~40 min)")
     rec.add_argument("--keep", type=Path, help="work in this directory and keep it")
     sub.add_parser("render", help="write README.md's first-run block from the recording")
     args = parser.parse_args()
