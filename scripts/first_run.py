@@ -233,12 +233,20 @@ def render() -> int:
             + (
                 " The printed table is identical to the committed report's below."
                 if same
-                else " The printed table:"
+                else " The printed table differs from the committed report's below (the "
+                "report changed after this recording, or the CPU differs); it is here:"
             ),
             "",
         ]
         if not same:
-            lines += [f["table"], ""]
+            lines += [
+                f"<details><summary>The table as printed at {f['commit']}</summary>",
+                "",
+                f["table"],
+                "",
+                "</details>",
+                "",
+            ]
     if f.get("summary"):
         single = steps.get("single", {})
         lines += [

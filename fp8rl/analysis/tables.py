@@ -5,7 +5,9 @@ Rows are :data:`BASE_ROW` (the BF16 runs' step-0 evaluation: the SFT base, so a 
 sees what RL changed), :data:`fp8rl.analysis.arms.TABLE2_ARMS` (then any other arm the
 experiment ran, e.g. the BF16 + CC control); columns are the held-out families and their unweighted
 average (``all``, the paper's "average of eight benchmarks"). A cell is the mean over the
-arm's usable runs (done, current results version) of the run's **last** evaluation. Runs
+arm's usable runs (done, current results version) of the run's **last** evaluation;
+``RL gain`` is each run's last average minus its own first (step 0, in its own rollout
+precision), mean over seeds. Runs
 that are not usable are named in the row's note (``seed 2: running at step 40/100``), and a
 row with none says so; the rest of the table builds. Scores are shares in [0, 1] in the
 frames and points (x100) in the rendered tables.
@@ -81,12 +83,15 @@ def final_scores(
 @dataclass
 class Table2:
     """The table's contents. ``cells``: one row per (arm, column) with the estimate;
-    ``deltas``: per arm, the average's difference to BF16 paired by seed."""
+    ``deltas``: per arm, the average's difference to BF16 paired by seed; ``gains``: per
+    arm, each run's last average minus its own first (step-0) one, mean over seeds — what
+    RL changed in that arm, from the score its own rollout precision started at."""
 
     arms: list[str]
     columns: list[str]  # families, then "all"
     cells: pd.DataFrame
     deltas: dict[str, Estimate]
+    gains: dict[str, Estimate]
     notes: dict[str, str]
     seeds: dict[str, list[int]]
     stat: str
@@ -118,6 +123,8 @@ class Table2:
                 row[label] = format_points(est, digits, with_ci=col == "all")
             delta = self.deltas.get(arm)
             row["Δ vs BF16"] = "" if arm == "BF16" or delta is None else format_delta(delta, digits)
+            gain = self.gains.get(arm)
+            row["RL gain"] = "" if gain is None else format_delta(gain, digits)
             row["seeds"] = str(len(self.seeds.get(arm, [])))
             row["note"] = self.notes.get(arm, "")
             out.append(row)
@@ -138,6 +145,16 @@ class Table2:
         cells = self.cells.copy()
         for name in ("delta_mean", "delta_low", "delta_high", "delta_n"):
             cells[name] = math.nan
+        for name in ("gain_mean", "gain_low", "gain_high", "gain_n"):
+            cells[name] = math.nan
+        for arm, g in self.gains.items():
+            at = (cells["arm"] == arm) & (cells["column"] == "all")
+            cells.loc[at, ["gain_mean", "gain_low", "gain_high", "gain_n"]] = (
+                g.mean,
+                g.low,
+                g.high,
+                g.n,
+            )
         for arm, d in self.deltas.items():
             at = (cells["arm"] == arm) & (cells["column"] == "all")
             cells.loc[at, ["delta_mean", "delta_low", "delta_high", "delta_n"]] = (
@@ -240,6 +257,16 @@ def table2(
                 }
             )
     start, _ = final_scores(evals, stat=stat, k=k, first=True)
+    gains = {}
+    for arm in all_arms:
+        finals = per_seed.get((arm, "all"), {})
+        ids = runs[(runs["arm"] == arm) & runs["usable"]] if not runs.empty else runs
+        firsts = {
+            int(r.seed): float(start.loc[r.run_id, "all"])
+            for r in ids.itertuples()
+            if r.run_id in start.index and "all" in start.columns
+        }
+        gains[arm] = paired_difference(finals, firsts, level)
     bf16 = runs[(runs["arm"] == baseline) & runs["usable"]] if not runs.empty else runs
     bf16 = [r for r in bf16.itertuples() if r.run_id in start.index]
     if bf16:
@@ -274,6 +301,7 @@ def table2(
         columns=columns,
         cells=pd.DataFrame(cells),
         deltas=deltas,
+        gains=gains,
         notes=notes,
         seeds=seeds,
         stat=stat,

@@ -52,6 +52,12 @@ def test_cells_are_means_over_seeds_of_the_last_evaluation(table):
     # the first row is the base: the BF16 runs' step-0 evaluation (0 in this store)
     assert table.arms[0] == BASE_ROW and table.estimate(BASE_ROW).mean == 0
     assert table.deltas[BASE_ROW].mean == pytest.approx(-0.65) and table.deltas[BASE_ROW].n == 3
+    # each arm's RL gain is its last average minus its own step-0 one (0 here), by seed
+    assert (
+        table.gains["Blockwise FP8"].mean == pytest.approx(0.5 + 1 / 60)
+        and table.gains["Blockwise FP8"].n == 3
+    )
+    assert BASE_ROW not in table.gains
 
 
 def test_runs_that_are_not_results_are_named_and_the_rest_builds(table):
