@@ -22,6 +22,7 @@ import torch
 from omegaconf import DictConfig
 
 from fp8rl.experiments.backends import ResolvedRun, resolve_run
+from fp8rl.experiments.live import LiveLoggers
 from fp8rl.experiments.schema import ConfigError
 from fp8rl.runs import RunInfo, RunLockedError, RunStatus, RunStore, RunSummary, latest_checkpoint
 
@@ -111,6 +112,10 @@ def run_one(
     run_id = store.run_id(resolved.plain)
     _check_threads(store, experiment, run_id, exp.threads)
     every = max(1, run_cfg.steps // 10)
+    live = LiveLoggers(
+        exp.loggers, store.run_dir(experiment, run_id), experiment, run_id, resolved.plain
+    )
+    progress = on_step or _progress_logger(f"{experiment}/{run_id}", run_cfg.steps, every)
     try:
         return resolved.backend.run(
             run_cfg,
@@ -120,9 +125,11 @@ def run_one(
             max_steps_this_call=exp.max_steps_this_call,
             rerun_failed=exp.rerun_failed,
             rerun_damaged=exp.rerun_damaged,
-            on_step=on_step or _progress_logger(f"{experiment}/{run_id}", run_cfg.steps, every),
+            on_step=live.chain(progress),
         )
     except RunLockedError as exc:
         log.warning("%s/%s is being run by another process: %s", experiment, run_id, exc)
         path = store.run_dir(experiment, run_id)
         return RunSummary(run_id, path, "locked", RunStatus.RUNNING.value, None)
+    finally:
+        live.close()

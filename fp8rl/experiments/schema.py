@@ -18,13 +18,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from fp8rl.config import ConfigError, RunConfig, check_fields, num
+from fp8rl.experiments.live import LOGGERS
 
 __all__ = [
     "RUNTIME_KEYS",
@@ -52,6 +53,10 @@ class ExperimentConfig(RunConfig):
         repair (their files are kept under ``<run>/repairs/``; docs/run_store.md).
     max_steps_this_call: stop each run after this many steps in this invocation, leaving it
         pending (the next invocation resumes it).
+    loggers: where each step's metrics also go, verl's ``trainer.logger`` names:
+        ``console`` (the progress line), ``tensorboard``, ``wandb`` (offline unless
+        ``WANDB_MODE`` says otherwise); ``fp8rl.experiments.live``. The run store's
+        ``metrics.jsonl`` is always written.
     """
 
     experiment_name: str = "default"
@@ -61,10 +66,14 @@ class ExperimentConfig(RunConfig):
     rerun_failed: bool = False
     rerun_damaged: bool = False
     max_steps_this_call: int | None = num(None, ge=1, null="run to the last step")
+    loggers: list[str] = field(default_factory=lambda: ["console"])
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_fields(self)
+        unknown = [name for name in self.loggers if name not in LOGGERS]
+        if unknown:
+            raise ConfigError(f"loggers={self.loggers}: {unknown} not among {list(LOGGERS)}")
         if not self.experiment_name or self.experiment_name.startswith("."):
             raise ConfigError(f"experiment_name={self.experiment_name!r}: need a plain name")
 
