@@ -23,7 +23,13 @@ import pandas as pd
 
 from fp8rl.analysis import figures as F
 from fp8rl.analysis.load import as_store, eval_frame, metrics_frame, runs_frame
-from fp8rl.analysis.tables import PAPER_SOURCE, Table2, paper_block_markdown, table2
+from fp8rl.analysis.tables import (
+    PAPER_SOURCE,
+    Table2,
+    markdown_table,
+    paper_block_markdown,
+    table2,
+)
 from fp8rl.analysis.verdicts import Verdict, table2_verdicts, verdicts_markdown
 from fp8rl.runs import RunStore, atomic_write_text
 
@@ -79,15 +85,17 @@ def _minutes(seconds: float) -> str:
 
 
 def _runs_table(runs: pd.DataFrame) -> str:
-    lines = [
-        "| arm | seed | run id | state | last step | wall time |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in runs.itertuples():
-        last = "" if pd.isna(r.last_step) else int(r.last_step)
-        wall = "" if pd.isna(r.wall_s) else _minutes(r.wall_s)
-        lines.append(f"| {r.arm} | {r.seed} | `{r.run_id}` | {r.state} | {last} | {wall} |")
-    return "\n".join(lines)
+    table = pd.DataFrame(
+        {
+            "arm": runs["arm"],
+            "seed": runs["seed"],
+            "run id": "`" + runs["run_id"] + "`",
+            "state": runs["state"],
+            "last step": [("" if pd.isna(v) else int(v)) for v in runs["last_step"]],
+            "wall time": [("" if pd.isna(v) else _minutes(v)) for v in runs["wall_s"]],
+        }
+    )
+    return markdown_table(table)
 
 
 def compute_line(runs: pd.DataFrame) -> str:

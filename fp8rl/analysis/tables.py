@@ -32,6 +32,7 @@ __all__ = [
     "final_scores",
     "format_delta",
     "format_points",
+    "markdown_table",
     "paper_block",
     "table2",
 ]
@@ -131,7 +132,7 @@ class Table2:
         return pd.DataFrame(out)
 
     def to_markdown(self, digits: int = 1) -> str:
-        return _markdown(self.frame(digits))
+        return markdown_table(self.frame(digits))
 
     def to_latex(self, digits: int = 1) -> str:
         frame = self.frame(digits).drop(columns=["note"])
@@ -182,7 +183,8 @@ def format_delta(d: Estimate, digits: int) -> str:
     return text
 
 
-def _markdown(frame: pd.DataFrame) -> str:
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A frame as a Markdown table (every cell as text; ``|`` inside a cell becomes ``/``)."""
     cols = list(frame.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for _, row in frame.iterrows():
@@ -336,7 +338,7 @@ def paper_block(table: Table2, digits: int = 1) -> pd.DataFrame:
 
 
 def paper_block_markdown(table: Table2, digits: int = 1) -> str:
-    return _markdown(paper_block(table, digits))
+    return markdown_table(paper_block(table, digits))
 
 
 __all__ += ["paper_block_markdown"]

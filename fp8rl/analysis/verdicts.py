@@ -29,8 +29,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pandas as pd
+
 from fp8rl.analysis.stats import Estimate, paired_difference
-from fp8rl.analysis.tables import Table2, format_delta
+from fp8rl.analysis.tables import Table2, format_delta, markdown_table
 
 __all__ = ["VERDICTS", "Verdict", "decide", "table2_verdicts"]
 
@@ -119,17 +121,18 @@ def table2_verdicts(table: Table2, *, level: float = 0.95, margin: float = 0.02)
 
 
 def verdicts_markdown(verdicts: list[Verdict], digits: int = 1) -> str:
-    lines = [
-        "| claim (paper) | difference | here (points) | seeds | verdict | rule |",
-        "|---|---|---|---|---|---|",
+    rows = [
+        {
+            "claim (paper)": v.claim,
+            "difference": v.comparison,
+            "here (points)": format_delta(v.estimate, digits),
+            "seeds": v.estimate.n,
+            "verdict": f"**{v.verdict}**",
+            "rule": v.rule,
+        }
+        for v in verdicts
     ]
-    for v in verdicts:
-        e = v.estimate
-        value = format_delta(e, digits)
-        lines.append(
-            f"| {v.claim} | {v.comparison} | {value} | {e.n} | **{v.verdict}** | {v.rule} |"
-        )
-    return "\n".join(lines)
+    return markdown_table(pd.DataFrame(rows))
 
 
 __all__ += ["verdicts_markdown"]
