@@ -368,9 +368,7 @@ def accuracy_figure(runs: pd.DataFrame, metrics: pd.DataFrame, evals: pd.DataFra
     ]
     k = int(core["k"].max()) if not core.empty else 1
     name = f"val-core/all/acc/mean@{k}"
-    held = arm_curves(
-        runs, core.rename(columns={})[["run_id", "step", "metric", "value"]], name
-    ).assign(metric=name)
+    held = arm_curves(runs, core[["run_id", "step", "metric", "value"]], name).assign(metric=name)
     with plt.rc_context(RC):
         fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.6), sharex=True)
         _plot_curves(axes[0], reward)
