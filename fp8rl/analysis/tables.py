@@ -206,6 +206,41 @@ def _config_problems(runs: pd.DataFrame) -> list[str]:
     return problems
 
 
+def _row(
+    arm: str, scored: list, scores: pd.DataFrame, columns: list[str], level: float
+) -> tuple[dict[str, dict[int, float]], list[dict[str, object]]]:
+    """Per column, the values by seed of ``scored`` runs in ``scores`` and the cell."""
+    per_seed, cells = {}, []
+    for col in columns:
+        values = {
+            int(r.seed): float(scores.loc[r.run_id, col]) for r in scored if col in scores.columns
+        }
+        per_seed[col] = values
+        est = mean_ci(list(values.values()), level)
+        cells.append(
+            {
+                "arm": arm,
+                "column": col,
+                "mean": est.mean,
+                "low": est.low,
+                "high": est.high,
+                "n": est.n,
+            }
+        )
+    return per_seed, cells
+
+
+def _note(mine: pd.DataFrame, scores: pd.DataFrame) -> str:
+    """What a row says about its runs that are not results."""
+    note = ["not run"] if mine.empty else []
+    for r in mine.itertuples():
+        if not r.usable:
+            note.append(f"seed {r.seed}: {r.state}")
+        elif r.run_id not in scores.index:
+            note.append(f"seed {r.seed}: no held-out evaluation")
+    return "; ".join(note)
+
+
 def table2(
     runs: pd.DataFrame,
     evals: pd.DataFrame,
@@ -220,77 +255,34 @@ def table2(
     :func:`~fp8rl.analysis.load.eval_frame` (module docstring). Arms the experiment ran
     beyond ``arms`` are appended as extra rows."""
     scores, k = final_scores(evals, stat=stat, k=k)
+    start, _ = final_scores(evals, stat=stat, k=k, first=True)
     families = sorted(c for c in scores.columns if c != "all")
     columns = [*families, "all"] if len(scores.columns) else ["all"]
     extra = sorted(set(runs["arm"]) - set(arms)) if not runs.empty else []
     all_arms = [*arms, *extra]
-    cells, notes, seeds, per_seed = [], {}, {}, {}
+    cells, notes, seeds, per_seed, gains = [], {}, {}, {}, {}
     for arm in all_arms:
         mine = runs[runs["arm"] == arm] if not runs.empty else runs
-        usable = mine[mine["usable"]] if not mine.empty else mine
-        scored = [r for r in usable.itertuples() if r.run_id in scores.index]
+        usable = [r for r in mine.itertuples() if r.usable]
+        scored = [r for r in usable if r.run_id in scores.index]
         seeds[arm] = sorted(int(r.seed) for r in scored)
-        note = []
-        if mine.empty:
-            note.append("not run")
-        for r in mine.itertuples():
-            if not r.usable:
-                note.append(f"seed {r.seed}: {r.state}")
-            elif r.run_id not in scores.index:
-                note.append(f"seed {r.seed}: no held-out evaluation")
-        if note:
-            notes[arm] = "; ".join(note)
-        for col in columns:
-            values = {
-                int(r.seed): float(scores.loc[r.run_id, col])
-                for r in scored
-                if col in scores.columns
-            }
-            per_seed[(arm, col)] = values
-            est = mean_ci(list(values.values()), level)
-            cells.append(
-                {
-                    "arm": arm,
-                    "column": col,
-                    "mean": est.mean,
-                    "low": est.low,
-                    "high": est.high,
-                    "n": est.n,
-                }
-            )
-    start, _ = final_scores(evals, stat=stat, k=k, first=True)
-    gains = {}
-    for arm in all_arms:
-        finals = per_seed.get((arm, "all"), {})
-        ids = runs[(runs["arm"] == arm) & runs["usable"]] if not runs.empty else runs
-        firsts = {
-            int(r.seed): float(start.loc[r.run_id, "all"])
-            for r in ids.itertuples()
-            if r.run_id in start.index and "all" in start.columns
-        }
-        gains[arm] = paired_difference(finals, firsts, level)
+        if note := _note(mine, scores):
+            notes[arm] = note
+        values, row = _row(arm, scored, scores, columns, level)
+        per_seed.update({(arm, col): v for col, v in values.items()})
+        cells += row
+        started = [r for r in usable if r.run_id in start.index]
+        firsts, _ = _row(arm, started, start, ["all"], level)
+        gains[arm] = paired_difference(values["all"], firsts["all"], level)
     bf16 = runs[(runs["arm"] == baseline) & runs["usable"]] if not runs.empty else runs
     bf16 = [r for r in bf16.itertuples() if r.run_id in start.index]
-    if bf16:
+    if bf16:  # the base model's row: the BF16 runs' step-0 evaluation
         all_arms.insert(0, BASE_ROW)
         seeds[BASE_ROW] = sorted(int(r.seed) for r in bf16)
         notes[BASE_ROW] = f"the {baseline} runs' first evaluation, before RL"
-        for col in columns:
-            values = {
-                int(r.seed): float(start.loc[r.run_id, col]) for r in bf16 if col in start.columns
-            }
-            per_seed[(BASE_ROW, col)] = values
-            est = mean_ci(list(values.values()), level)
-            cells.append(
-                {
-                    "arm": BASE_ROW,
-                    "column": col,
-                    "mean": est.mean,
-                    "low": est.low,
-                    "high": est.high,
-                    "n": est.n,
-                }
-            )
+        values, row = _row(BASE_ROW, bf16, start, columns, level)
+        per_seed.update({(BASE_ROW, col): v for col, v in values.items()})
+        cells += row
     base = per_seed.get((baseline, "all"), {})
     deltas = {
         arm: paired_difference(per_seed.get((arm, "all"), {}), base, level)
