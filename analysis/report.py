@@ -30,12 +30,15 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="default: docs/reports/<experiment>")
     ap.add_argument("--export-from", default=None, help="export from this run store first")
     ap.add_argument("--readme", default=None, help="also rewrite this README's Table-2 block")
+    ap.add_argument(
+        "--paper", choices=("table2", "dapo"), default="table2", help="the paper table beside it"
+    )
     args = ap.parse_args()
     if args.export_from:
         print(export_experiment(args.export_from, args.experiment, args.source).text())
     out = Path(args.out or f"docs/reports/{args.experiment}")
     try:
-        report = write_report(args.source, args.experiment, out)
+        report = write_report(args.source, args.experiment, out, paper=args.paper)
     except FileNotFoundError as exc:
         print(f"report: {exc}", file=sys.stderr)
         return 1

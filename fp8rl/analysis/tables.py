@@ -307,18 +307,44 @@ def table2(
     return table
 
 
-def paper_block(table: Table2, digits: int = 1) -> pd.DataFrame:
-    """The paper's published averages beside this table's, labelled as different scales."""
-    base = PAPER_TABLE2["BF16"]
+#: The paper's DAPO table (Qwen3-14B-Base, AIME24 avg@32), from ../shared/PAPER_NOTES.md:
+#: only ranges over the three granularities are published for plain FP8 and for CC.
+PAPER_DAPO: dict[str, float | str | None] = {
+    "BF16": 50.9,
+    "FP8 rollout + BF16 training": 47.4,
+    "Tensorwise FP8": "35.7-41.6 (range over the three)",
+    "Tensorwise FP8 + CC": "46.5-47.9 (range over the three)",
+    "Rowwise FP8": "35.7-41.6 (range over the three)",
+    "Rowwise FP8 + CC": "46.5-47.9 (range over the three)",
+    "Blockwise FP8": "35.7-41.6 (range over the three)",
+    "Blockwise FP8 + CC": "46.5-47.9 (range over the three)",
+}
+PAPER_DAPO_SOURCE = "DAPO, Qwen3-14B-Base, AIME24 avg@32"
+
+#: Which paper table a report sits beside: name -> (values, source, model label).
+PAPERS: dict[str, tuple[dict[str, float | str | None], str, str]] = {
+    "table2": (PAPER_TABLE2, PAPER_SOURCE, "8B"),
+    "dapo": (PAPER_DAPO, PAPER_DAPO_SOURCE, "14B"),
+}
+
+
+def paper_block(table: Table2, digits: int = 1, paper: str = "table2") -> pd.DataFrame:
+    """The paper's published figures (``PAPERS[paper]``) beside this table's, labelled as
+    different scales; a published range is shown as such, with no delta."""
+    values, _, model = PAPERS[paper]
+    base = values["BF16"]
     rows = []
-    for arm, value in PAPER_TABLE2.items():
+    for arm, value in values.items():
         ours = table.estimate(arm)
         delta = table.deltas.get(arm)
-        paper_delta = "–" if value is None else f"{value - base:+.1f}"
+        if isinstance(value, float) and isinstance(base, float):
+            shown, paper_delta = f"{value:.1f}", f"{value - base:+.1f}"
+        else:
+            shown, paper_delta = ("–" if value is None else str(value)), "–"
         rows.append(
             {
                 "Arm": arm,
-                "paper (8B, points)": "–" if value is None else f"{value:.1f}",
+                f"paper ({model}, points)": shown,
                 "paper Δ vs BF16": "" if arm == "BF16" else paper_delta,
                 "here (tiny, points)": format_points(ours, digits, with_ci=True),
                 "here Δ vs BF16": ""
@@ -329,8 +355,8 @@ def paper_block(table: Table2, digits: int = 1) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def paper_block_markdown(table: Table2, digits: int = 1) -> str:
-    return markdown_table(paper_block(table, digits))
+def paper_block_markdown(table: Table2, digits: int = 1, paper: str = "table2") -> str:
+    return markdown_table(paper_block(table, digits, paper))
 
 
-__all__ += ["paper_block_markdown"]
+__all__ += ["PAPERS", "PAPER_DAPO", "paper_block_markdown"]

@@ -34,7 +34,7 @@ import pandas as pd
 from fp8rl.analysis.stats import Estimate, paired_difference
 from fp8rl.analysis.tables import Table2, format_delta, markdown_table
 
-__all__ = ["VERDICTS", "Verdict", "decide", "table2_verdicts"]
+__all__ = ["VERDICTS", "VERDICT_RULES", "Verdict", "dapo_verdicts", "decide", "table2_verdicts"]
 
 VERDICTS = ("reproduced", "contradicted", "not shown", "undecided")
 
@@ -118,6 +118,32 @@ def table2_verdicts(table: Table2, *, level: float = 0.95, margin: float = 0.02)
         )
     )
     return out
+
+
+def dapo_verdicts(table: Table2, *, level: float = 0.95) -> list[Verdict]:
+    """The paper's DAPO-table claims (FP8 rollout + BF16 training and plain FP8 lose
+    against BF16; Calibrated Clipping improves plain FP8), by the rules of the module
+    docstring."""
+    ci = f"{level:.0%} paired t-interval"
+    pairs = [
+        ("FP8 rollout + BF16 training", "BF16", -1, "FP8 rollout + BF16 training loses vs BF16")
+    ]
+    for g in ("Tensorwise", "Rowwise", "Blockwise"):
+        pairs.append((f"{g} FP8", "BF16", -1, f"plain {g.lower()} FP8 loses accuracy vs BF16"))
+    for g in ("Tensorwise", "Rowwise", "Blockwise"):
+        pairs.append(
+            (f"{g} FP8 + CC", f"{g} FP8", +1, f"Calibrated Clipping improves {g.lower()} FP8")
+        )
+    out = []
+    for a, b, sign, claim in pairs:
+        d = _diff(table, a, b, level)
+        rule = f"{ci} {'below' if sign < 0 else 'above'} 0"
+        out.append(Verdict(claim, f"{a} - {b}", d, decide(d, sign), rule))
+    return out
+
+
+#: The verdict rules of each paper table (``PAPERS`` in fp8rl.analysis.tables).
+VERDICT_RULES = {"table2": table2_verdicts, "dapo": dapo_verdicts}
 
 
 def verdicts_markdown(verdicts: list[Verdict], digits: int = 1) -> str:

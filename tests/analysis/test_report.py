@@ -47,3 +47,12 @@ def test_readme_block_is_replaced_between_its_markers(report, tmp_path):
     readme.write_text("no markers\n")
     with pytest.raises(ValueError, match="no <!-- table2:begin"):
         update_readme(readme, section)
+
+
+def test_a_dapo_report_sits_beside_the_dapo_table(tmp_path):
+    store = RunStore(tmp_path / "runs")
+    add_run(store, "d", "BF16", 0, scores={"a": 0.5})
+    report = write_report(store, "d", tmp_path / "out", paper="dapo")
+    readme = (report.directory / "README.md").read_text()
+    assert readme.startswith("# The DAPO table at tiny scale: d")
+    assert "AIME24 avg@32" in readme and "FP8 rollout + BF16 training loses vs BF16" in readme

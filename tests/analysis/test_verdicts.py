@@ -49,3 +49,30 @@ def test_one_seed_decides_nothing(tmp_path):
     runs = runs_frame(store, "t")
     verdicts = table2_verdicts(table2(runs, eval_frame(store, "t", runs)))
     assert {v.verdict for v in verdicts} == {"undecided"}
+
+
+def test_dapo_verdicts_and_paper_block(tmp_path):
+    from fp8rl.analysis.tables import paper_block
+    from fp8rl.analysis.verdicts import dapo_verdicts
+
+    store = RunStore(tmp_path / "runs")
+    for seed in (0, 1, 2):
+        b = 0.5 + 0.01 * seed
+        add_run(store, "d", "BF16", seed, scores={"a": b})
+        add_run(
+            store, "d", "FP8 rollout + BF16 training", seed, scores={"a": b - 0.03 - 0.001 * seed}
+        )
+        for g in ("Tensorwise", "Rowwise", "Blockwise"):
+            add_run(store, "d", f"{g} FP8", seed, scores={"a": b - 0.1 + 0.002 * seed})
+            add_run(store, "d", f"{g} FP8 + CC", seed, scores={"a": b - 0.12 + 0.001 * seed})
+    runs = runs_frame(store, "d")
+    table = table2(runs, eval_frame(store, "d", runs))
+    verdicts = {v.comparison: v.verdict for v in dapo_verdicts(table)}
+    assert verdicts["FP8 rollout + BF16 training - BF16"] == "reproduced"
+    assert verdicts["Rowwise FP8 - BF16"] == "reproduced"
+    assert verdicts["Rowwise FP8 + CC - Rowwise FP8"] == "contradicted"  # CC is lower here
+    block = paper_block(table, paper="dapo").set_index("Arm")
+    assert block.loc["BF16", "paper (14B, points)"] == "50.9"
+    assert block.loc["FP8 rollout + BF16 training", "paper Δ vs BF16"] == "-3.5"
+    assert block.loc["Tensorwise FP8", "paper (14B, points)"].startswith("35.7-41.6")
+    assert block.loc["Tensorwise FP8", "paper Δ vs BF16"] == "–"
