@@ -43,6 +43,7 @@ __all__ = [
     "entropy_figure",
     "garbled_figure",
     "logratio_histogram_figure",
+    "regime_chart",
     "save_figure",
 ]
 
@@ -403,6 +404,36 @@ def garbled_figure(runs: pd.DataFrame, metrics: pd.DataFrame) -> Figure:
         _finish(fig, axes, "Garbled output (rollout responses, mean over seeds)")
     data = pd.concat([rep, wf], ignore_index=True)
     return Figure("garbled", fig, data, "Shares of rollout responses that look garbled, per arm.")
+
+
+def regime_chart(points: pd.DataFrame) -> Figure:
+    """The regime chart: excess negative-advantage clipping ``D`` (FP8 at its bounds minus
+    its BF16 shadow, standard clipping) against FP8 noise over the trust region (the noise
+    probe's std of log pi_FP8 - log pi_BF16 on A<0 tokens over |log(1 - eps)|), one point
+    per run of :func:`fp8rl.analysis.regime.regime_points`; marker by granularity, filled
+    for trainer old log-probs, open for the rollout's."""
+    with plt.rc_context(RC):
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        for (g, source), d in points.groupby(["granularity", "source"]) if not points.empty else []:
+            style = arm_style(f"{g.capitalize()} FP8")
+            ax.scatter(
+                d["x"],
+                d["y"],
+                marker=style["marker"],
+                color=style["color"],
+                facecolors=style["color"] if source == "trainer" else "none",
+                label=f"{g}, {source} old log-probs",
+            )
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        ax.set_xlabel("FP8 noise / trust region  (std log-ratio A<0  /  |log(1 - eps)|)")
+        ax.set_ylabel("excess A<0 lower clipping, FP8 - BF16 shadow")
+        _finish(fig, [ax], "Where FP8 starts to distort negative-advantage clipping")
+    caption = (
+        "Each point is a standard-clipping run: its mean excess share of negative-advantage "
+        "tokens clipped at the lower bound, against its granularity's FP8 noise in units of "
+        "the trust region."
+    )
+    return Figure("regime", fig, points.copy(), caption)
 
 
 def save_figure(figure: Figure, directory: Path | str) -> list[Path]:

@@ -17,16 +17,26 @@ all seeds of a cell:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from fp8rl.analysis.load import as_store, runs_frame
 from fp8rl.rl import summarize_shadow_steps
 from fp8rl.runs import RunStore, read_step_log
 
-__all__ = ["CELL", "regime_frame", "regime_verdict", "regime_verdicts"]
+__all__ = [
+    "CELL",
+    "NOISE_METRIC",
+    "noise_frame",
+    "regime_frame",
+    "regime_points",
+    "regime_verdict",
+    "regime_verdicts",
+]
 
 #: The columns that name a cell of the study.
 CELL = ("eps", "granularity", "source")
@@ -81,3 +91,51 @@ def regime_verdicts(frame: pd.DataFrame) -> dict[tuple, str]:
         }
         out[tuple(cell)] = regime_verdict(by["standard"], by["calibrated"])
     return out
+
+
+#: The noise probe's std of ``log pi_train - log pi_BF16`` on negative-advantage tokens:
+#: the FP8 noise the lower clip bound sees (the regime chart's x-axis, before scaling).
+NOISE_METRIC = "noise/train_vs_bf16/negadv/std"
+
+
+def _flag(value: object) -> bool:
+    """A config flag read from a frame cell (a bool, a numpy bool, or NaN when absent)."""
+    return bool(value) if isinstance(value, bool | np.bool_) else False
+
+
+def noise_frame(source: RunStore | Path | str, experiment: str = "regime_noise") -> pd.DataFrame:
+    """One row per usable noise probe: ``granularity, rollout, lm_head, seed, noise`` (the
+    probe's :data:`NOISE_METRIC`)."""
+    store = as_store(source)
+    runs = runs_frame(store, experiment)
+    out = []
+    for _, r in runs[runs["usable"]].iterrows() if not runs.empty else []:
+        rows = read_step_log(store.run_dir(experiment, r["run_id"]) / "metrics.jsonl").to_rows()
+        value = rows[0].get(NOISE_METRIC) if rows else None
+        out.append(
+            {
+                "granularity": r["config.granularity.training"],
+                "rollout": r.get("config.granularity.rollout"),
+                "lm_head": _flag(r.get("config.granularity.lm_head")),
+                "seed": r["seed"],
+                "noise": float("nan") if value is None else float(value),
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def regime_points(regime: pd.DataFrame, noise: pd.DataFrame) -> pd.DataFrame:
+    """The regime chart's points: each standard-clipping run of :func:`regime_frame` with
+    ``x`` = its granularity's probe noise (mean over probe seeds, FP8 LM head off) over the
+    trust region ``|log(1 - eps)|`` and ``y`` = its distortion ``D``."""
+    if regime.empty or noise.empty:
+        return pd.DataFrame(columns=[*CELL, "seed", "x", "y"])
+    mean_noise = noise[~noise["lm_head"]].groupby("granularity")["noise"].mean()
+    std = regime[regime["clipping"] == "standard"].copy()
+    std = std[std["granularity"].isin(mean_noise.index)]
+    std["x"] = [
+        mean_noise[g] / abs(math.log(1 - eps))
+        for g, eps in zip(std["granularity"], std["eps"], strict=True)
+    ]
+    std["y"] = std["D"]
+    return std[[*CELL, "seed", "x", "y"]].reset_index(drop=True)

@@ -77,3 +77,43 @@ def test_regime_report_script_prints_tables_and_verdicts(tmp_path, monkeypatch, 
     out = capsys.readouterr().out
     assert "| 0.05 | rowwise | trainer | 0 | 0.1300 | 0.1000 | +0.0300 | +0.0000 | 100 |" in out
     assert "**(1) reproduced; (2) not reproduced** (1): eps 0.05, rowwise, trainer" in out
+
+
+def test_regime_chart_places_each_standard_run_by_noise_over_trust_region(tmp_path):
+    import math
+
+    from fp8rl.analysis import figures as F
+    from fp8rl.analysis.regime import NOISE_METRIC, noise_frame, regime_points
+
+    store = RunStore(tmp_path / "runs")
+    extra = {"algorithm.eps_low": 0.05, "train.old_logprob_source": "trainer"}
+    add_run(store, "regime", "Blockwise FP8", 0, curve=_shadow(0.03, 0.0), steps=12, **extra)
+    add_run(store, "regime", "Blockwise FP8 + CC", 0, curve=_shadow(0.01, 0.0), steps=12, **extra)
+    for seed, noise in ((0, 0.02), (1, 0.04)):
+        add_run(
+            store,
+            "regime_noise",
+            "Blockwise FP8",
+            seed,
+            curve=lambda s, n=noise: {NOISE_METRIC: n},
+            steps=1,
+        )
+    add_run(
+        store,
+        "regime_noise",
+        "Blockwise FP8",
+        0,
+        curve=lambda s: {NOISE_METRIC: 9.0},
+        steps=1,
+        **{"granularity.lm_head": True},
+    )
+    noise = noise_frame(store)
+    assert len(noise) == 3 and noise["lm_head"].sum() == 1
+    points = regime_points(regime_frame(store, "regime", period=5), noise)
+    assert len(points) == 1  # the standard run only
+    assert points["x"].item() == pytest.approx(0.03 / abs(math.log(0.95)))  # LM-head probe left out
+    assert points["y"].item() == pytest.approx(0.03)
+    fig = F.regime_chart(points)
+    (collection,) = fig.fig.axes[0].collections
+    assert collection.get_offsets().tolist() == [[points["x"].item(), points["y"].item()]]
+    assert "trust region" in fig.fig.axes[0].get_xlabel()
