@@ -118,7 +118,14 @@ def arm_curves(runs: pd.DataFrame, metrics: pd.DataFrame, metric: str) -> pd.Dat
     ok = _usable(runs)[["run_id", "arm"]]
     rows = metrics[metrics["metric"] == metric].merge(ok, on="run_id")
     if rows.empty:
-        return pd.DataFrame(columns=["arm", "step", "value", "n"])
+        return pd.DataFrame(
+            {
+                "arm": pd.Series(dtype=object),
+                "step": pd.Series(dtype="int64"),
+                "value": pd.Series(dtype="float64"),
+                "n": pd.Series(dtype="int64"),
+            }
+        )
     grouped = rows.groupby(["arm", "step"])["value"]
     out = grouped.mean().rename("value").to_frame().join(grouped.count().rename("n"))
     return out.reset_index()
@@ -197,24 +204,43 @@ def entropy_difference(data: pd.DataFrame, baseline: str = "BF16") -> pd.DataFra
 def clip_share_figure(runs: pd.DataFrame, metrics: pd.DataFrame) -> Figure:
     """Left: share of negative-advantage tokens below the lower bound
     (``fp8rl/clipfrac_low_negadv``); right: share of positive-advantage tokens above the upper
-    bound (``fp8rl/clipfrac_high_posadv``); mean over seeds per arm."""
+    bound (``fp8rl/clipfrac_high_posadv``); mean over seeds per arm. Where the runs logged
+    BF16 shadow forwards (calibration steps, or every ``train.shadow_every`` steps), the BF16
+    shadow's shares on the same tokens at the nominal bounds
+    (``fp8rl/shadow/clipfrac_low_negadv_bf16``, ``..._high_posadv_bf16``) are drawn as
+    crosses in the arm's colour."""
     with plt.rc_context(RC):
         fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.6), sharex=True)
         parts = []
-        for ax, metric, title in (
-            (axes[0], "fp8rl/clipfrac_low_negadv", "A < 0, ratio below the lower bound"),
-            (axes[1], "fp8rl/clipfrac_high_posadv", "A > 0, ratio above the upper bound"),
+        for ax, metric, shadow, title in (
+            (
+                axes[0],
+                "fp8rl/clipfrac_low_negadv",
+                "fp8rl/shadow/clipfrac_low_negadv_bf16",
+                "A < 0, ratio below the lower bound",
+            ),
+            (
+                axes[1],
+                "fp8rl/clipfrac_high_posadv",
+                "fp8rl/shadow/clipfrac_high_posadv_bf16",
+                "A > 0, ratio above the upper bound",
+            ),
         ):
             d = arm_curves(runs, metrics, metric).assign(metric=metric)
             _plot_curves(ax, d)
+            b = arm_curves(runs, metrics, shadow).assign(metric=shadow)
+            for arm in _ordered(list(b["arm"].unique())):
+                a = b[b["arm"] == arm]
+                ax.scatter(a["step"], a["value"], marker="x", s=18, color=arm_style(arm)["color"])
             ax.set_title(title, fontsize=9)
             ax.set_xlabel("RL step")
             ax.set_ylabel("share of tokens (gradient zeroed)")
-            parts.append(d)
-        _finish(fig, axes, "Clipped tokens by advantage sign (training precision)")
+            parts += [d, b] if not b.empty else [d]
+        _finish(fig, axes, "Clipped tokens by advantage sign (lines: training precision)")
     data = pd.concat(parts, ignore_index=True)
     caption = (
-        "Share of tokens whose gradient the clip zeroes, by advantage sign, mean over seeds. "
+        "Share of tokens whose gradient the clip zeroes, by advantage sign, mean over seeds; "
+        "crosses: the BF16 shadow on the same tokens at the nominal bounds, where logged. "
         "The paper's mechanism: FP8 noise pushes negative-advantage tokens below the lower bound."
     )
     return Figure("clip_share", fig, data, caption)

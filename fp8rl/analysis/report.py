@@ -46,6 +46,7 @@ FIGURE_METRICS = (
     "critic/score/mean",
     "fp8rl/clipfrac_",
     "fp8rl/clip_",
+    "fp8rl/shadow/clipfrac_",
     "fp8rl/logratio_hist_",
     "fp8rl/repeat_4gram_frac",
     "fp8rl/well_formed_frac",

@@ -146,3 +146,22 @@ def test_entropy_difference_panel_is_each_arm_minus_bf16(frames):
         right["Blockwise FP8"].get_ydata(),
         diff[diff["arm"] == "Blockwise FP8"].sort_values("step")["value"],
     )
+
+
+def test_clip_share_draws_the_bf16_shadow_where_it_was_logged(tmp_path):
+    store = RunStore(tmp_path / "runs")
+
+    def curve(step: int) -> dict[str, float]:
+        out = {"fp8rl/clipfrac_low_negadv": 0.2, "fp8rl/clipfrac_high_posadv": 0.1}
+        if step % 2 == 0:  # shadow steps
+            out["fp8rl/shadow/clipfrac_low_negadv_bf16"] = 0.05
+        return out
+
+    add_run(store, "s", "Blockwise FP8", 0, scores={"a": 0.5}, curve=curve, steps=4)
+    runs = runs_frame(store, "s")
+    fig = F.clip_share_figure(runs, metrics_frame(store, "s", runs))
+    shadow = fig.data[fig.data["metric"] == "fp8rl/shadow/clipfrac_low_negadv_bf16"]
+    assert shadow["step"].tolist() == [2, 4] and shadow["value"].tolist() == [0.05, 0.05]
+    (crosses,) = fig.fig.axes[0].collections
+    assert crosses.get_offsets().tolist() == [[2.0, 0.05], [4.0, 0.05]]
+    assert len(fig.fig.axes[1].collections) == 0  # no upper-side shadow logged
