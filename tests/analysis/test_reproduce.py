@@ -85,3 +85,20 @@ def test_quick_reproduce_runs_exports_reports_and_a_second_call_recomputes_nothi
     assert second.returncode == 0, second.stderr[-3000:]
     assert "0 written, 9 unchanged" in second.stdout
     assert [p.stat().st_mtime_ns for p in metrics] == before  # nothing recomputed
+
+
+@pytest.mark.slow
+def test_default_reproduce_runs_the_grid_and_reports(tmp_path):
+    """make reproduce-table2 at its default size (tiny-s, 9 runs x 50 steps: ~25 min on 2
+    cores with the base-model build); make test-all runs it."""
+    out = _drive(
+        tmp_path,
+        "--runs-dir", "runs", "--results-dir", "results", "--report-dir", "report",
+        "--cache-dir", str(tmp_path / "cache"),
+        timeout=3600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "9 written" in out.stdout and "| SFT base (step 0) |" in out.stdout
+    readme = (tmp_path / "report" / "README.md").read_text()
+    assert "9 of 9 runs finished" in readme and "50 RL steps" in readme
+    assert len(list((tmp_path / "report" / "figures").glob("*.png"))) == 6
