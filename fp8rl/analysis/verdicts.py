@@ -70,76 +70,66 @@ def _diff(table: Table2, a: str, b: str, level: float) -> Estimate:
     return paired_difference(table.per_seed(a), table.per_seed(b), level)
 
 
+#: A claim: (what the paper says, arm A, arm B, the sign A - B should have, threshold).
+Claim = tuple[str, str, str, int, float]
+
+_GRANULARITIES = ("Tensorwise", "Rowwise", "Blockwise")
+
+
+def _plain_fp8_loses() -> list[Claim]:
+    return [
+        (f"plain {g.lower()} FP8 loses accuracy vs BF16", f"{g} FP8", "BF16", -1, 0.0)
+        for g in _GRANULARITIES
+    ]
+
+
+def _cc_improves() -> list[Claim]:
+    return [
+        (f"Calibrated Clipping improves {g.lower()} FP8", f"{g} FP8 + CC", f"{g} FP8", +1, 0.0)
+        for g in _GRANULARITIES
+    ]
+
+
+def _decide_claims(table: Table2, claims: list[Claim], level: float) -> list[Verdict]:
+    """Each claim decided on its paired difference (module docstring)."""
+    ci = f"{level:.0%} paired t-interval"
+    out = []
+    for claim, a, b, sign, threshold in claims:
+        d = _diff(table, a, b, level)
+        side = "below" if sign < 0 else "above"
+        at = "0" if threshold == 0 else f"{100 * threshold:.0f} points"
+        out.append(Verdict(claim, f"{a} - {b}", d, decide(d, sign, threshold), f"{ci} {side} {at}"))
+    return out
+
+
 def table2_verdicts(table: Table2, *, level: float = 0.95, margin: float = 0.02) -> list[Verdict]:
     """Every claim of the module docstring, decided on ``table`` (margin in [0, 1] units)."""
-    out = []
-    ci = f"{level:.0%} paired t-interval"
-    for g in ("Tensorwise", "Rowwise", "Blockwise"):
-        d = _diff(table, f"{g} FP8", "BF16", level)
-        out.append(
-            Verdict(
-                f"plain {g.lower()} FP8 loses accuracy vs BF16",
-                f"{g} FP8 - BF16",
-                d,
-                decide(d, -1),
-                f"{ci} below 0",
-            )
-        )
-    for g in ("Tensorwise", "Rowwise"):
-        d = _diff(table, f"{g} FP8", "Blockwise FP8", level)
-        out.append(
-            Verdict(
-                f"{g.lower()} loses more than blockwise",
-                f"{g} FP8 - Blockwise FP8",
-                d,
-                decide(d, -1),
-                f"{ci} below 0",
-            )
-        )
-    for g in ("Tensorwise", "Rowwise", "Blockwise"):
-        d = _diff(table, f"{g} FP8 + CC", f"{g} FP8", level)
-        out.append(
-            Verdict(
-                f"Calibrated Clipping improves {g.lower()} FP8",
-                f"{g} FP8 + CC - {g} FP8",
-                d,
-                decide(d, +1),
-                f"{ci} above 0",
-            )
-        )
-    d = _diff(table, "Blockwise FP8 + CC", "BF16", level)
-    out.append(
-        Verdict(
-            f"blockwise FP8 + CC matches BF16 (within {100 * margin:.0f} points)",
-            "Blockwise FP8 + CC - BF16",
-            d,
-            decide(d, +1, threshold=-margin),
-            f"{ci} above -{100 * margin:.0f} points",
-        )
+    coarse: list[Claim] = [
+        (f"{g.lower()} loses more than blockwise", f"{g} FP8", "Blockwise FP8", -1, 0.0)
+        for g in ("Tensorwise", "Rowwise")
+    ]
+    matches: Claim = (
+        f"blockwise FP8 + CC matches BF16 (within {100 * margin:.0f} points)",
+        "Blockwise FP8 + CC",
+        "BF16",
+        +1,
+        -margin,
     )
-    return out
+    return _decide_claims(table, [*_plain_fp8_loses(), *coarse, *_cc_improves(), matches], level)
 
 
 def dapo_verdicts(table: Table2, *, level: float = 0.95) -> list[Verdict]:
     """The paper's DAPO-table claims (FP8 rollout + BF16 training and plain FP8 lose
     against BF16; Calibrated Clipping improves plain FP8), by the rules of the module
     docstring."""
-    ci = f"{level:.0%} paired t-interval"
-    pairs = [
-        ("FP8 rollout + BF16 training", "BF16", -1, "FP8 rollout + BF16 training loses vs BF16")
-    ]
-    for g in ("Tensorwise", "Rowwise", "Blockwise"):
-        pairs.append((f"{g} FP8", "BF16", -1, f"plain {g.lower()} FP8 loses accuracy vs BF16"))
-    for g in ("Tensorwise", "Rowwise", "Blockwise"):
-        pairs.append(
-            (f"{g} FP8 + CC", f"{g} FP8", +1, f"Calibrated Clipping improves {g.lower()} FP8")
-        )
-    out = []
-    for a, b, sign, claim in pairs:
-        d = _diff(table, a, b, level)
-        rule = f"{ci} {'below' if sign < 0 else 'above'} 0"
-        out.append(Verdict(claim, f"{a} - {b}", d, decide(d, sign), rule))
-    return out
+    rollout: Claim = (
+        "FP8 rollout + BF16 training loses vs BF16",
+        "FP8 rollout + BF16 training",
+        "BF16",
+        -1,
+        0.0,
+    )
+    return _decide_claims(table, [rollout, *_plain_fp8_loses(), *_cc_improves()], level)
 
 
 #: The verdict rules of each paper table (``PAPERS`` in fp8rl.analysis.tables).
