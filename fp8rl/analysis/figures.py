@@ -287,6 +287,41 @@ def _mean_metric(runs: pd.DataFrame, metrics: pd.DataFrame, arm: str, metric: st
     return None if v.empty else float(v.mean())
 
 
+def _step_histograms(ax: plt.Axes, data: pd.DataFrame, sign: str, arms: Sequence[str]) -> None:
+    """One step line per arm: its density per bin of one advantage sign."""
+    for arm in _ordered(list(arms)):
+        d = data[(data["arm"] == arm) & (data["sign"] == sign)].sort_values("bin")
+        if d.empty:
+            continue
+        style = arm_style(arm)
+        xs = [*d["low"], d["high"].iloc[-1]]
+        ys = [*d["density"], d["density"].iloc[-1]]
+        ax.step(
+            xs,
+            ys,
+            where="post",
+            label=arm,
+            color=style["color"],
+            linestyle=style["linestyle"],
+            linewidth=1.2,
+        )
+
+
+def _calibrated_bounds(
+    runs: pd.DataFrame, metrics: pd.DataFrame, arms: Sequence[str]
+) -> list[tuple[str, float]]:
+    """(colour, log bound) of each CC arm's mean lower and upper bound over steps."""
+    out = []
+    for arm in arms:
+        if "+ CC" not in arm:
+            continue
+        for metric in ("fp8rl/clip_low", "fp8rl/clip_high"):
+            bound = _mean_metric(runs, metrics, arm, metric)
+            if bound and bound > 0:
+                out.append((str(arm_style(arm)["color"]), math.log(bound)))
+    return out
+
+
 def logratio_histogram_figure(
     runs: pd.DataFrame,
     metrics: pd.DataFrame,
@@ -296,53 +331,26 @@ def logratio_histogram_figure(
     """Histograms of the token log-ratio log(pi_new / pi_old) at update time, per advantage
     sign, summed over steps and seeds (density per unit log-ratio, log scale). Vertical
     lines: the standard bounds log(1 -/+ eps) (solid) and each CC arm's mean calibrated
-    bounds over steps (dashed)."""
-    present = set(_usable(runs)["arm"]) if not runs.empty else set()
+    bounds over steps (dotted)."""
+    usable = _usable(runs)
+    present = set(usable["arm"]) if not runs.empty else set()
     if arms is None:
         arms = [
             a for a in ("BF16", "Blockwise FP8", "Blockwise FP8 + CC") if a in present
         ] or sorted(present)[:3]
     data = logratio_histograms(runs, metrics, arms)
-    if eps is None and not runs.empty and "config.algorithm.eps_low" in runs:
-        eps = (
-            float(_usable(runs)["config.algorithm.eps_low"].iloc[0])
-            if not _usable(runs).empty
-            else None
-        )
+    if eps is None and not usable.empty and "config.algorithm.eps_low" in usable:
+        eps = float(usable["config.algorithm.eps_low"].iloc[0])
+    calibrated = _calibrated_bounds(runs, metrics, arms)
     with plt.rc_context(RC):
         fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.6), sharey=True)
         for ax, sign, title in ((axes[0], "negadv", "A < 0"), (axes[1], "posadv", "A > 0")):
-            for arm in _ordered(list(arms)):
-                d = data[(data["arm"] == arm) & (data["sign"] == sign)].sort_values("bin")
-                if d.empty:
-                    continue
-                style = arm_style(arm)
-                xs = [*d["low"], d["high"].iloc[-1]]
-                ys = [*d["density"], d["density"].iloc[-1]]
-                ax.step(
-                    xs,
-                    ys,
-                    where="post",
-                    label=arm,
-                    color=style["color"],
-                    linestyle=style["linestyle"],
-                    linewidth=1.2,
-                )
+            _step_histograms(ax, data, sign, arms)
             if eps is not None:
                 for b in (math.log(1 - eps), math.log(1 + eps)):
                     ax.axvline(b, color="black", linewidth=0.8)
-            for arm in arms:
-                if "+ CC" not in arm:
-                    continue
-                for metric in ("fp8rl/clip_low", "fp8rl/clip_high"):
-                    bound = _mean_metric(runs, metrics, arm, metric)
-                    if bound and bound > 0:
-                        ax.axvline(
-                            math.log(bound),
-                            color=arm_style(arm)["color"],
-                            linestyle=":",
-                            linewidth=1.0,
-                        )
+            for color, b in calibrated:
+                ax.axvline(b, color=color, linestyle=":", linewidth=1.0)
             ax.set_yscale("log")
             ax.set_xlim(-0.6, 0.6)
             ax.set_title(title, fontsize=9)
