@@ -194,6 +194,38 @@ def _write_transcript(figures: dict, results: list[dict]) -> None:
     TRANSCRIPT.write_text("\n".join(out))
 
 
+def _table_lines(f: dict, steps: dict[str, dict]) -> list[str]:
+    """What the recording says of the Table 2 that ``make reproduce-table2`` printed:
+    identical to the committed report's, or shown folded when it is not."""
+    if not f.get("table"):
+        return []
+    first = steps.get("first", {})
+    committed = REPO / "docs" / "reports" / "table2_default" / "table2.md"
+    same = committed.exists() and committed.read_text().strip() == f["table"].strip()
+    lines = [
+        f"The first `make reproduce-table2` ({_format_s(first.get('s', 0))} in all, the "
+        "base-model build included) ends by printing Table 2, the verdicts and where the "
+        "report is; the second call finds every run done and prints them again."
+        + (
+            " The printed table is identical to the committed report's below."
+            if same
+            else " The printed table differs from the committed report's below (the "
+            "report changed after this recording, or the CPU differs); it is here:"
+        ),
+        "",
+    ]
+    if not same:
+        lines += [
+            f"<details><summary>The table as printed at {f['commit']}</summary>",
+            "",
+            f["table"],
+            "",
+            "</details>",
+            "",
+        ]
+    return lines
+
+
 def render() -> int:
     if not FIGURES.exists():
         sys.exit(f"no recording: {FIGURES.relative_to(REPO)} is missing; run `record` first")
@@ -222,31 +254,7 @@ def render() -> int:
             "once `.venv` exists).",
             "",
         ]
-    if f.get("table"):
-        first = steps.get("first", {})
-        committed = REPO / "docs" / "reports" / "table2_default" / "table2.md"
-        same = committed.exists() and committed.read_text().strip() == f["table"].strip()
-        lines += [
-            f"The first `make reproduce-table2` ({_format_s(first.get('s', 0))} in all, the "
-            "base-model build included) ends by printing Table 2, the verdicts and where the "
-            "report is; the second call finds every run done and prints them again."
-            + (
-                " The printed table is identical to the committed report's below."
-                if same
-                else " The printed table differs from the committed report's below (the "
-                "report changed after this recording, or the CPU differs); it is here:"
-            ),
-            "",
-        ]
-        if not same:
-            lines += [
-                f"<details><summary>The table as printed at {f['commit']}</summary>",
-                "",
-                f["table"],
-                "",
-                "</details>",
-                "",
-            ]
+    lines += _table_lines(f, steps)
     if f.get("summary"):
         single = steps.get("single", {})
         lines += [
