@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -45,10 +46,18 @@ def test_wandb_offline_needs_no_network(tmp_path: Path, monkeypatch) -> None:
     live.log(1, {"actor/entropy": 0.5, "fp8rl/clip_low": 0.8})
     live.log(2, {"actor/entropy": 0.4, "note": "text is skipped"})
     live.close()
+    import wandb
+
+    # finish() can return before wandb's service has flushed the run's stream to disk (a
+    # clean-clone CI run read only its header); teardown stops the service, which flushes
+    wandb.teardown()
     (run,) = (tmp_path / "wandb").glob("offline-run-*abc123")
     # wandb >= 0.2x writes the offline run as one protobuf stream (read by `wandb sync`);
     # its Python side has no reader, so check the stream carries the metric names
-    data = (run / "run-abc123.wandb").read_bytes()
+    stream = run / "run-abc123.wandb"
+    deadline = time.monotonic() + 30  # and give the flush time on a loaded machine
+    while b"fp8rl/clip_low" not in (data := stream.read_bytes()) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert b"actor/entropy" in data and b"fp8rl/clip_low" in data
     assert b"text is skipped" not in data  # only numbers are logged
 
