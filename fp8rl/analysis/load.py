@@ -30,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from fp8rl.analysis.arms import arm_of
+from fp8rl.config import stratified_counts
 from fp8rl.runs import CorruptLogError, RunInfo, RunStatus, RunStore, read_step_log
 
 logger = logging.getLogger(__name__)
@@ -102,13 +103,37 @@ def wall_seconds(status: Mapping[str, Any]) -> float | None:
 
 
 def items_label(config: Mapping[str, Any]) -> str:
-    """The held-out items an evaluation of this run config used, per family."""
+    """The held-out items an evaluation of this run config used (families, difficulties,
+    counts per difficulty) and how they were sampled (greedy, or k at T).
+
+    Configs with ``eval.difficulties`` (results version 4 on) took a sample stratified by
+    difficulty (:func:`fp8rl.config.stratified_counts`); older ones took the first
+    ``limit`` items of each family's file, which is in difficulty order."""
     ev = config.get("eval") or {}
     limit = ev.get("limit")
     k, greedy = ev.get("k", 1), ev.get("greedy", True)
-    items = "every item" if limit is None else f"the first {limit} items"
     how = "greedy" if greedy else f"k={k} samples at T={ev.get('temperature')}"
-    return f"{items} of each family's held-out set, {how}"
+    levels, families = ev.get("difficulties"), ev.get("families")
+    if levels is None or not families:
+        items = "every item" if limit is None else f"the first {limit} items"
+        return f"{items} of each family's held-out set, {how}"
+    fams = f"{len(families)} families" if len(families) != 1 else f"family {families[0]}"
+    if limit is None:
+        return f"{fams} x difficulties {_span(levels)}, every held-out item, {how}"
+    counts = {d: n for d, n in stratified_counts(limit, levels).items() if n}
+    split = "/".join(str(n) for n in counts.values())
+    word = "difficulty" if len(counts) == 1 else "difficulties"
+    return (
+        f"{fams} x {word} {_span(list(counts))}, {split} per difficulty ({limit} per family, "
+        f"{limit * len(families)} items, stratified), {how}"
+    )
+
+
+def _span(levels: list[int]) -> str:
+    levels = sorted(levels)
+    if len(levels) > 1 and levels == list(range(levels[0], levels[-1] + 1)):
+        return f"{levels[0]}-{levels[-1]}"
+    return ", ".join(map(str, levels))
 
 
 def runs_frame(source: RunStore | Path | str, experiment: str) -> pd.DataFrame:

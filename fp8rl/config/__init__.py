@@ -28,6 +28,7 @@ from fp8rl.config.run import (
     leaf_fields,
     override,
     resolve,
+    stratified_counts,
 )
 
 __all__ = [
@@ -53,4 +54,5 @@ __all__ = [
     "num",
     "override",
     "resolve",
+    "stratified_counts",
 ]

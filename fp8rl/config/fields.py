@@ -68,11 +68,19 @@ def num(
     return field(default=default, metadata={"range": Range(ge, gt, le, lt), "null": null})
 
 
-def num_list(default: list[int], *, ge: float | None = None, le: float | None = None) -> Any:
-    """A list of numbers, each in the range."""
-    return field(
-        default_factory=lambda: list(default), metadata={"range": Range(ge=ge, le=le), "list": True}
-    )
+def num_list(
+    default: list[int] | None,
+    *,
+    ge: float | None = None,
+    le: float | None = None,
+    null: str | None = None,
+) -> Any:
+    """A list of numbers, each in the range; ``null`` says what None means (None not allowed
+    without it)."""
+    meta = {"range": Range(ge=ge, le=le), "list": True, "null": null}
+    if default is None:
+        return field(default=None, metadata=meta)
+    return field(default_factory=lambda: list(default), metadata=meta)
 
 
 def choice(default: str | None, options: tuple[str, ...], *, null: str | None = None) -> Any:

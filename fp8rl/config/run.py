@@ -31,7 +31,7 @@ from fp8rl.numerics.recipes import RECIPE_NAMES
 from fp8rl.numerics.rollout import ActScale, RolloutQuantConfig, WeightScale
 from fp8rl.rl.advantages import ALGORITHMS, KL_TYPES
 from fp8rl.rl.aggregation import LOSS_AGG_MODES
-from fp8rl.rl.calibration import CLIPPING_MODES, UPPER_RULES, CalibratorConfig
+from fp8rl.rl.calibration import CLIPPING_MODES, POOL_MODES, UPPER_RULES, CalibratorConfig
 from fp8rl.rl.correction import OLD_LOGPROB_SOURCES, MismatchCorrection
 from fp8rl.rl.losses import LIVE_BOUND_LOSSES, POLICY_LOSSES
 
@@ -53,6 +53,7 @@ __all__ = [
     "leaf_fields",
     "override",
     "resolve",
+    "stratified_counts",
 ]
 
 #: Training precisions (``fp32`` is the numerics' reference, not a training precision).
@@ -191,6 +192,10 @@ class ClippingConfig:
         ``standard`` they are the fixed bounds for the whole run.
     upper_rule: ``balance`` (the paper) or ``quantile``. lower_only: calibrate L only.
     calibrate_at_start: also calibrate on step 1. max_step: cap on one move of a bound.
+    pool: ``batch`` (the paper: the calibration step's batch alone) or ``period`` (every
+        step's BF16 shadow comparison since the last calibration; shadow forwards every
+        step). min_tail_tokens: a bound moves only when this many pooled tokens lie in
+        BF16's clipped tail on its side (0: the paper's mode; a tail of 0 always holds).
     """
 
     loss: str = choice("calibrated_clip", tuple(POLICY_LOSSES))
@@ -203,6 +208,8 @@ class ClippingConfig:
     lower_only: bool = CalibratorConfig.lower_only
     calibrate_at_start: bool = CalibratorConfig.calibrate_at_start
     max_step: float | None = num(CalibratorConfig.max_step, gt=0.0, null="no cap")
+    pool: str = choice(CalibratorConfig.pool, POOL_MODES)
+    min_tail_tokens: int = num(CalibratorConfig.min_tail_tokens, ge=0)
 
     def __post_init__(self) -> None:
         check_fields(self, "clipping")
@@ -220,12 +227,14 @@ class BackendConfig:
 
 @dataclass
 class RolloutConfig:
-    """The rollout batch of one RL step."""
+    """The rollout batch of one RL step. difficulties: the task difficulties of the RL
+    training prompts (drawn uniformly; the tiny backend's levels 1-3)."""
 
     prompts_per_step: int = num(16, ge=1)
     n_samples: int = num(8, ge=1)
     max_new_tokens: int = num(64, ge=1)
     temperature: float = num(1.0, gt=0.0)
+    difficulties: list[int] = num_list([1, 2, 3], ge=1)  # noqa: RUF009 (a field())
 
     def __post_init__(self) -> None:
         check_fields(self, "rollout")
@@ -279,7 +288,9 @@ class EvalSettings:
     every: evaluate every this many steps, before the first and at the last (0 = never).
     precision: evaluate the ``rollout`` copy (as verl) or the ``training`` model.
     k samples per item (greedy: one), at ``temperature``/``top_p``; ``limit`` items per
-    family (null: all); ``families`` (null: every family of the backend).
+    family (null: all), a sample stratified by difficulty over ``difficulties`` (null: the
+    RL training prompts' ``rollout.difficulties``), never a prefix; ``families`` (null:
+    every family of the backend).
     """
 
     every: int = num(0, ge=0)
@@ -293,6 +304,7 @@ class EvalSettings:
     batch_size: int = num(256, ge=1)
     seed: int = num(0, ge=0)
     families: list[str] | None = None
+    difficulties: list[int] | None = num_list(None, ge=1, null="rollout.difficulties")  # noqa: RUF009
 
     def __post_init__(self) -> None:
         check_fields(self, "eval")
@@ -356,6 +368,8 @@ class RunConfig:
             max_step=c.max_step,
             upper_rule=c.upper_rule,
             lower_only=c.lower_only,
+            pool=c.pool,
+            min_tail_tokens=c.min_tail_tokens,
             calibrate_at_start=c.calibrate_at_start,
             start_step=1,
             enabled=c.mode == "calibrated",
@@ -401,6 +415,17 @@ class RunConfig:
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
         """Inverse of :meth:`to_dict`; missing keys take their defaults, unknown keys fail."""
         return _build(cls, data, "")
+
+
+def stratified_counts(limit: int, difficulties: list[int] | tuple[int, ...]) -> dict[int, int]:
+    """What ``eval.limit`` means: items per difficulty of a sample of ``limit`` items per
+    family stratified over ``difficulties`` (an equal share each, the remainder to the
+    lowest: 50 over 1-3 is 17, 17, 16)."""
+    levels = sorted(set(difficulties))
+    if not levels:
+        raise ValueError("a stratified sample needs at least one difficulty")
+    share, extra = divmod(limit, len(levels))
+    return {d: share + (i < extra) for i, d in enumerate(levels)}
 
 
 def _check_combinations(cfg: RunConfig) -> None:
@@ -528,8 +553,8 @@ def resolve(
         reset("train.tis_threshold", "TIS is off")
     changes["algorithm.overlong_buffer_len"] = cfg.overlong_buffer or 0
     if cfg.clipping.mode == "standard":
-        calibration = ("period", "smoothing", "upper_rule", "lower_only")
-        for knob in (*calibration, "calibrate_at_start", "max_step"):
+        calibration = ("period", "smoothing", "upper_rule", "lower_only", "pool")
+        for knob in (*calibration, "min_tail_tokens", "calibrate_at_start", "max_step"):
             reset(f"clipping.{knob}", "clipping.mode=standard does not calibrate")
     if not a.kl_coef:
         reset("algorithm.kl_type", "algorithm.kl_coef=0 (no KL term)")
@@ -538,6 +563,8 @@ def resolve(
         reset("probe_rounds", "task=train (only the noise probe uses it)")
     if cfg.eval.families is None:
         changes["eval.families"] = list(families)
+    if cfg.eval.difficulties is None:
+        changes["eval.difficulties"] = sorted(set(cfg.rollout.difficulties))
     return override(cfg, changes), unused
 
 

@@ -21,13 +21,20 @@ from typing import Any
 # Bump when a code change alters results (a bug fix in a loss, a new default that
 # is not in the config). Finished runs of an older version are then reported as
 # stale, and re-run only when asked.
-RESULTS_VERSION: int = 3
+RESULTS_VERSION: int = 4
 # 2: the run config is the nested RunConfig (fp8rl.config; the Hydra tree's keys), not the
 #    flat TrainConfig: every run id changed, and a version-1 run is not found under the
 #    new ids (it is neither reused nor reported stale: its config has another shape).
 # 3: TorchAO's tensorwise and rowwise Float8Linear run TorchAO's emulated GEMM (FP32 matmul
 #    of the dequantised operands) instead of torch._scaled_mm, whose CPU kernel is oneDNN's
 #    reference on some CPUs (fp8rl.numerics.recipes): their numbers move by FP32 rounding.
+# 4: issue 15. eval.limit takes a sample stratified by difficulty (fp8rl.tiny.evaluate),
+#    not the first items of each file (difficulty order); new keys rollout.difficulties and
+#    eval.difficulties. Calibrated Clipping holds a bound where BF16 clips no token (q = 0;
+#    p = 0 for the quantile upper rule) and balances the upper bound against the applied
+#    lower one; new keys clipping.pool and clipping.min_tail_tokens; in bypass mode
+#    (train.old_logprob_source=rollout) the calibrator and fp8rl/shadow/* see the loss's own
+#    ratios, mini-batch 0 included.
 
 RUN_ID_LENGTH = 16
 

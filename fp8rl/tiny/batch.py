@@ -120,7 +120,7 @@ def sample_responses(
     """One round of rollouts: ``rollout.prompts_per_step`` training problems drawn with
     ``seed``, ``rollout.n_samples`` responses each, grouped by prompt."""
     r = cfg.rollout
-    problems = training_mix(r.prompts_per_step, seed)
+    problems = training_mix(r.prompts_per_step, seed, difficulties=r.difficulties)
     prompts = [tokenizer.encode(p.prompt) for p in problems for _ in range(r.n_samples)]
     batch = sampler.generate(
         prompts, max_new_tokens=r.max_new_tokens, temperature=r.temperature, seed=seed

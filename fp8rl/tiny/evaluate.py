@@ -15,6 +15,13 @@ Metric names follow verl's validation metrics (DESIGN.md):
   ``val-aux/<family>/response_length/mean@<k>``
 - ``val-core/all/acc/mean@<k>``        the unweighted mean over families (the paper's
   "average of eight benchmarks"), and ``val-aux/all/...`` likewise.
+
+Which items: each family's held-out set holds ``EVAL_ITEMS_PER_DIFFICULTY`` items per
+difficulty, stored in difficulty order. ``limit`` items per family are a **stratified**
+sample over ``difficulties`` (:func:`item_counts`: an equal share per difficulty, the
+remainder to the lowest ones; within a difficulty the first items, which were drawn at
+random), never a prefix of the file (a prefix of up to 50 would be difficulty 1 only).
+``fp8rl.analysis.load.items_label`` says in words what was measured.
 """
 
 from __future__ import annotations
@@ -26,13 +33,27 @@ from typing import Any
 import torch
 from torch import nn
 
+from fp8rl.config import stratified_counts
 from fp8rl.rewards import format_prompt, is_correct, is_well_formed
 from fp8rl.tiny.progress import progress_bar
 from fp8rl.tiny.sampler import Sampler
-from fp8rl.tiny.tasks import FAMILIES, Problem, load_eval_set
+from fp8rl.tiny.tasks import (
+    DIFFICULTIES,
+    EVAL_ITEMS_PER_DIFFICULTY,
+    FAMILIES,
+    Problem,
+    load_eval_set,
+)
 from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID
 
-__all__ = ["EvalConfig", "EvalResult", "evaluate", "evaluate_problems"]
+__all__ = [
+    "EvalConfig",
+    "EvalResult",
+    "evaluate",
+    "evaluate_problems",
+    "item_counts",
+    "select_items",
+]
 
 
 @dataclass(frozen=True)
@@ -42,10 +63,11 @@ class EvalConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 80
-    limit: int | None = None  # items per family (None: the whole set)
+    limit: int | None = None  # items per family, stratified by difficulty (None: all)
     batch_size: int = 256
     seed: int = 0
     families: tuple[str, ...] = FAMILIES
+    difficulties: tuple[int, ...] = DIFFICULTIES
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -55,6 +77,42 @@ class EvalConfig:
         unknown = set(self.families) - set(FAMILIES)
         if unknown:
             raise ValueError(f"unknown task families {sorted(unknown)}; known: {FAMILIES}")
+        item_counts(self.limit, self.difficulties)  # raises on a limit the sets cannot fill
+
+
+def item_counts(limit: int | None, difficulties: Sequence[int]) -> dict[int, int]:
+    """Items per difficulty in a family's stratified sample of ``limit`` items: an equal
+    share per difficulty, the remainder to the lowest difficulties (``limit=50`` over 1-3:
+    17, 17, 16); None takes every item of those difficulties."""
+    levels = sorted(set(difficulties))
+    if not levels or any(d not in DIFFICULTIES for d in levels):
+        raise ValueError(
+            f"difficulties must be a non-empty subset of {DIFFICULTIES}, got {difficulties}"
+        )
+    per = EVAL_ITEMS_PER_DIFFICULTY
+    if limit is None:
+        return dict.fromkeys(levels, per)
+    if not 1 <= limit <= per * len(levels):
+        raise ValueError(
+            f"limit={limit}: the held-out sets hold {per} items per difficulty, "
+            f"{per * len(levels)} for difficulties {levels}; use 1..{per * len(levels)} or None"
+        )
+    return stratified_counts(limit, levels)
+
+
+def select_items(
+    items: Sequence[Problem], limit: int | None, difficulties: Sequence[int]
+) -> list[Problem]:
+    """The stratified sample of one family's held-out ``items`` (:func:`item_counts`),
+    in difficulty order."""
+    counts = item_counts(limit, difficulties)
+    out: list[Problem] = []
+    for level, n in counts.items():
+        pool = [p for p in items if p.difficulty == level]
+        if len(pool) < n:
+            raise ValueError(f"{len(pool)} held-out items at difficulty {level}, {n} needed")
+        out.extend(pool[:n])
+    return out
 
 
 @dataclass
@@ -146,8 +204,7 @@ def evaluate(
     """Evaluate ``model`` on the held-out sets of ``cfg.families`` (see module docstring)."""
     problems: list[Problem] = []
     for family in cfg.families:
-        items = load_eval_set(family)
-        problems.extend(items[: cfg.limit] if cfg.limit else items)
+        problems.extend(select_items(load_eval_set(family), cfg.limit, cfg.difficulties))
     was_training = model.training
     model.eval()
     try:

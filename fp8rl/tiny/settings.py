@@ -15,10 +15,10 @@ from typing import Any
 
 from fp8rl.config import ConfigError, RunConfig, resolve
 from fp8rl.numerics.bf16 import native_bf16_available
-from fp8rl.tiny.evaluate import EvalConfig
+from fp8rl.tiny.evaluate import EvalConfig, item_counts
 from fp8rl.tiny.model import PRESETS, get_preset, mimic_block_size
 from fp8rl.tiny.sft import SFTConfig
-from fp8rl.tiny.tasks import FAMILIES
+from fp8rl.tiny.tasks import DIFFICULTIES, FAMILIES
 from fp8rl.tiny.tokenizer import VOCAB_SIZE_PADDED
 
 __all__ = [
@@ -66,8 +66,26 @@ def validate(cfg: RunConfig) -> None:
             raise ConfigError(
                 f"{key}={value} exceeds model {cfg.model.preset!r}'s budget of {budget} new tokens"
             )
+    _check_difficulties(cfg)
     _check_block_size(cfg)
     _check_bf16_compute(cfg)
+
+
+def _check_difficulties(cfg: RunConfig) -> None:
+    """Task difficulties the generators have, and an eval limit the held-out sets can fill."""
+    for key, levels in (
+        ("rollout.difficulties", cfg.rollout.difficulties),
+        ("eval.difficulties", cfg.eval.difficulties),
+    ):
+        if levels is not None and (not levels or set(levels) - set(DIFFICULTIES)):
+            raise ConfigError(
+                f"{key}={levels}: the tiny tasks have difficulties {list(DIFFICULTIES)}"
+            )
+    levels = cfg.eval.difficulties or cfg.rollout.difficulties
+    try:
+        item_counts(cfg.eval.limit, levels)
+    except ValueError as exc:
+        raise ConfigError(f"eval.limit: {exc}") from None
 
 
 def _check_bf16_compute(cfg: RunConfig) -> None:
@@ -127,6 +145,10 @@ def eval_config(cfg: RunConfig) -> EvalConfig:
     (``eval.every`` and ``eval.precision`` say when and on which copy)."""
     values = {f.name: getattr(cfg.eval, f.name) for f in dataclasses.fields(EvalConfig)}
     values["families"] = tuple(values["families"] if values["families"] is not None else FAMILIES)
+    levels = (
+        values["difficulties"] if values["difficulties"] is not None else cfg.rollout.difficulties
+    )
+    values["difficulties"] = tuple(sorted(set(levels)))
     return EvalConfig(**values)
 
 

@@ -26,7 +26,12 @@ Two choices worth knowing when reading numbers:
   update uses, so on the first mini-batch of the first epoch ``r = 1`` exactly (verl's
   default behaviour when micro-batch sizes match); FP8 noise enters ``r`` only through
   re-quantisation after updates. With ``train.old_logprob_source=rollout`` (verl's bypass
-  mode) every token carries the full rollout-vs-trainer mismatch instead.
+  mode) every token carries the full rollout-vs-trainer mismatch instead, and the
+  calibrator sees exactly what the loss clips: ``exp(new_fp8 - rollout_lp)`` on every
+  loss-masked token, mini-batch 0 included, against ``exp(new_bf16 - old_bf16)``.
+- With ``clipping.pool=period`` the BF16 shadow forwards run on every step while
+  calibration is enabled, and each step's comparison is pooled for the next calibration
+  (``Calibrator.add``; the pool is part of the checkpointed calibrator state).
 - ``timing_s/*`` metrics are wall-clock times (:class:`~fp8rl.tiny.timing.PhaseTimer`);
   every other metric is a deterministic function of the config on a given CPU and thread
   count, so a resumed run reproduces them.
@@ -244,11 +249,14 @@ def advantages(batch: StepBatch) -> torch.Tensor:
 
 class Shadow:
     """The BF16 shadow forwards of the training model on the step's own tokens (for the
-    calibrator on calibration steps, and as a diagnostic every ``train.shadow_every``):
+    calibrator on calibration steps and, with ``clipping.pool=period``, on every step; as
+    a diagnostic every ``train.shadow_every``):
 
     - before any update, pi_bf16(old) next to the training precision's pi_old;
-    - at each row's last PPO visit after an update, pi_bf16(new) next to the pi_fp8(new)
-      the loss clipped: the four log-prob tensors of ``fp8rl.rl.calibration``.
+    - at each row's last PPO visit, pi_bf16(new) next to the pi_fp8(new) the loss clipped:
+      the four log-prob tensors of ``fp8rl.rl.calibration``. Rows whose last visit came
+      before any update (r = 1 by construction) are left out of ``mask`` - unless old
+      log-probs are the rollout's (bypass mode), where every row carries the mismatch.
 
     Inactive on other steps (every method is a no-op). Time goes to the ``shadow`` phase.
     """
@@ -338,6 +346,7 @@ def update(
         policy_loss=PolicyLossOptions(cfg.clipping.loss, clip_low=bounds[0], clip_high=bounds[1]),
     )
     agg = cfg.algorithm.loss_agg_mode
+    bypass = cfg.train.old_logprob_source == "rollout"  # every row's r carries the mismatch
     last_log_ratio, last_mask = torch.zeros_like(old_lp), torch.zeros_like(batch.mask)
     metrics = []
     for epoch in range(cfg.train.ppo_epochs):
@@ -356,10 +365,8 @@ def update(
                 raise FloatingPointError(f"step {step}: non-finite policy loss {loss.item()}")
             after_update = epoch > 0 or j > 0
             last_log_ratio[idx] = log_prob.detach() - old_lp[idx]
-            last_mask[idx] = loss_mask[idx].bool() & (
-                after_update or cfg.train.old_logprob_source == "rollout"
-            )
-            if epoch == cfg.train.ppo_epochs - 1 and after_update:
+            last_mask[idx] = loss_mask[idx].bool() & (after_update or bypass)
+            if epoch == cfg.train.ppo_epochs - 1 and (after_update or bypass):
                 shadow.at_last_visit(idx, args, log_prob, loss_mask[idx])
             m["actor/grad_norm"] = _optimizer_step(tr, loss, step)
             metrics.append(m)
@@ -381,27 +388,33 @@ def calibrate(
     step: int,
     calibrating: bool,
     shadow: Shadow,
-    trainer_lp: torch.Tensor,
     old_lp: torch.Tensor,
     adv: torch.Tensor,
     bounds: tuple[float, float],
     timer: PhaseTimer,
 ) -> dict[str, float]:
-    """On calibration steps, move the bounds from the shadow's four log-prob tensors; on
-    every shadow step, log what BF16 clips at the nominal bounds and what this precision
-    clipped at the active ones, on the same tokens (``fp8rl/shadow/*``)."""
+    """On calibration steps, move the bounds from the shadow's four log-prob tensors (with
+    ``clipping.pool=period`` pooled with every step's since the last calibration; on the
+    other steps only pool them); on every shadow step, log what BF16 clips at the nominal
+    bounds and what this precision clipped at the active ones, on the same tokens
+    (``fp8rl/shadow/*``). The FP8 ratio is the loss's own, ``exp(new_fp8 - old_lp)``:
+    trainer old log-probs, or the rollout's in bypass mode."""
     metrics: dict[str, float] = {}
+    cal = tr.calibrator
+    log_probs = {
+        "old_log_prob_bf16": shadow.old_bf16,
+        "log_prob_bf16": shadow.new_bf16,
+        "old_log_prob_fp8": old_lp,
+        "log_prob_fp8": shadow.new_fp8,
+        "advantages": adv,
+        "mask": shadow.mask,
+    }
     if calibrating:
         with timer("calibrate"):
-            metrics = tr.calibrator.update_from_log_probs(
-                step,
-                old_log_prob_bf16=shadow.old_bf16,
-                log_prob_bf16=shadow.new_bf16,
-                old_log_prob_fp8=trainer_lp,
-                log_prob_fp8=shadow.new_fp8,
-                advantages=adv,
-                mask=shadow.mask,
-            )
+            metrics = cal.update_from_log_probs(step, **log_probs)
+    elif cal.is_pooling_step(step):
+        with timer("calibrate"):
+            cal.add_from_log_probs(step, **log_probs)
     if shadow.active:
         metrics.update(
             shadow_clip_comparison(
@@ -498,14 +511,16 @@ def step_metrics(tr: Trainer, rec: StepRecord) -> dict[str, float]:
 
 
 def timing_metrics(timer: PhaseTimer, rec: StepRecord) -> dict[str, float]:
-    """Wall-clock seconds per phase; the shadow forwards count as calibration time on
-    calibration steps and as ``timing_s/shadow`` on other shadow steps."""
+    """Wall-clock seconds per phase; the shadow forwards (and the calibrator's work) count
+    as ``timing_s/calibration`` on calibration steps and as ``timing_s/shadow`` on other
+    shadow steps, pooling steps (``clipping.pool=period``) among them."""
     t = timer.totals
     out = {f"timing_s/{k}": t.get(k, 0.0) for k in ("gen", "old_log_prob", "update_actor", "sync")}
+    shadow_s = t.get("calibrate", 0.0) + t.get("shadow", 0.0)
     if rec.calibrating:
-        out["timing_s/calibration"] = t.get("calibrate", 0.0) + t.get("shadow", 0.0)
+        out["timing_s/calibration"] = shadow_s
     elif rec.shadowing:
-        out["timing_s/shadow"] = t.get("shadow", 0.0)
+        out["timing_s/shadow"] = shadow_s
     out["timing_s/step"] = timer.elapsed()
     return out
 
@@ -578,7 +593,8 @@ def train_step(tr: Trainer, step: int, timer: PhaseTimer) -> StepRecord:
     adv = advantages(batch)
     calibrating = tr.calibrator.is_calibration_step(step)
     every = cfg.train.shadow_every
-    shadowing = calibrating or bool(every and step % every == 0)
+    pooling = tr.calibrator.is_pooling_step(step)
+    shadowing = calibrating or pooling or bool(every and step % every == 0)
     shadow = Shadow(tr, batch, shadowing, timer)
     minibatches = [
         i for i in torch.arange(len(batch)).tensor_split(cfg.train.ppo_mini_batches) if i.numel()
@@ -604,7 +620,7 @@ def train_step(tr: Trainer, step: int, timer: PhaseTimer) -> StepRecord:
             bounds,
             shadow,
         )
-    calib = calibrate(tr, step, calibrating, shadow, old.trainer, old_lp, adv, bounds, timer)
+    calib = calibrate(tr, step, calibrating, shadow, old_lp, adv, bounds, timer)
     with timer("sync"):
         health = sync_and_probe(tr)
     return StepRecord(

@@ -31,7 +31,12 @@ def test_every_run_is_listed_with_a_state_that_says_why_it_is_not_a_result(store
 
 
 def test_stale_and_damaged_runs_are_listed_not_raised(store, tmp_path):
-    run_dir = next(p for p in (tmp_path / "runs" / "t2").iterdir() if (p / "eval.jsonl").exists())
+    run_dir = next(  # the finished run (a failed or running one is not integrity-checked)
+        p
+        for p in sorted((tmp_path / "runs" / "t2").iterdir())
+        if (p / "status.json").exists()
+        and json.loads((p / "status.json").read_text())["status"] == "done"
+    )
     (run_dir / "metrics.jsonl").write_bytes(b"\xff\xfe garbage\n")
     newer = RunStore(tmp_path / "runs", results_version=99)
     runs = runs_frame(newer, "t2")
@@ -107,3 +112,14 @@ def test_export_leaves_out_per_layer_fp8_stats_and_records_the_copy(tmp_path):
         "fp8rl/fp8/layer0/amax" in (tmp_path / "full" / "t" / run_id / "metrics.jsonl").read_text()
     )
     assert export_experiment(store, "t", tmp_path / "results").unchanged == [run_id]
+
+
+def test_items_label_names_families_difficulties_and_counts():
+    base = {"k": 4, "greedy": False, "temperature": 1.0, "families": ["a"] * 8}
+    cfg = {"eval": {**base, "limit": 50, "difficulties": [1, 2, 3]}}
+    assert items_label(cfg) == (
+        "8 families x difficulties 1-3, 17/17/16 per difficulty (50 per family, 400 items, "
+        "stratified), k=4 samples at T=1.0"
+    )
+    cfg = {"eval": {**base, "limit": None, "difficulties": [2, 3]}}
+    assert items_label(cfg).startswith("8 families x difficulties 2-3, every held-out item")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 import logging
 import math
@@ -196,7 +198,9 @@ def test_smoothing_limits_and_lower_only():
     cal = Calibrator(CalibratorConfig(smoothing=0.75, init_low=0.6, init_high=1.8))
     cal.update(1, *data)
     assert cal.bounds[0] == pytest.approx(0.75 * 0.6 + 0.25 * res.target_low)
-    assert cal.bounds[1] == pytest.approx(0.75 * 1.8 + 0.25 * res.target_high)
+    # H* is balanced against the L just applied (see the ordering test below)
+    against_applied = calibrate(*data, eps_low=0.2, eps_high=0.2, lower=cal.bounds[0])
+    assert cal.bounds[1] == pytest.approx(0.75 * 1.8 + 0.25 * against_applied.target_high)
     limited = Calibrator(CalibratorConfig(smoothing=0.0, low_min=0.7, max_step=0.05))
     limited.update(1, *data)
     assert limited.bounds[0] == pytest.approx(0.75)  # max_step from 0.8
@@ -254,18 +258,21 @@ def test_update_from_log_probs_equals_update():
     assert a.bounds == b.bounds and ma == mb
 
 
-def test_resume_continues_with_the_same_bounds():
-    cfg = CalibratorConfig(period=2, smoothing=0.5, init_low=0.6, init_high=1.8)
+@pytest.mark.parametrize("pool", ["batch", "period"])
+def test_resume_continues_with_the_same_bounds(pool):
+    cfg = CalibratorConfig(period=3, smoothing=0.5, init_low=0.6, init_high=1.8, pool=pool)
     straight = Calibrator(cfg)
     resumed = Calibrator(cfg)
-    for step in range(1, 9):
-        if step == 5:  # checkpoint, through JSON, and restart
+    for step in range(1, 10):
+        if step in (5, 8):  # checkpoint, through JSON, and restart (a pool of 1 and 0 steps)
             state = json.loads(json.dumps(resumed.state_dict()))
             resumed = Calibrator.from_state_dict(state)
         for cal in (straight, resumed):
             assert cal.bounds_for_step(step) == straight.bounds_for_step(step)
             if cal.is_calibration_step(step):
                 cal.update(step, *_step_data(step, n=5000))
+            elif cal.is_pooling_step(step):
+                cal.add(step, *_step_data(step, n=5000))
         assert resumed.state_dict() == straight.state_dict()
     with pytest.raises(ValueError, match="differs"):
         Calibrator(CalibratorConfig(period=3)).load_state_dict(straight.state_dict())
@@ -284,6 +291,149 @@ def test_disabled_and_invalid_configs():
         {"init_low": 0.3},  # outside the default hard limits
         {"low_max": 1.1},
         {"max_step": 0.0},
+        {"pool": "epoch"},
+        {"min_tail_tokens": -1},
     ):
         with pytest.raises(ValueError):
             CalibratorConfig(**bad)
+
+
+# --------------------------------------------------------------------------------------
+# Pooling, gating, the q = 0 rule and the order of smoothing (docs/method.md, "Powered
+# calibration at tiny scale")
+
+
+def _cat(*parts: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.cat(xs) for xs in zip(*parts, strict=True))
+
+
+def test_pooled_calibration_equals_one_batch_on_the_concatenation():
+    # three steps of different sizes, some tokens masked out in each
+    steps = []
+    for step, n in ((1, 3000), (2, 1000), (3, 2000)):
+        rb, rf, adv, mask = _step_data(step, n=n)
+        mask = mask.clone()
+        mask[::7] = False
+        steps.append((rb, rf, adv, mask))
+    pooled = Calibrator(CalibratorConfig(period=3, pool="period", min_tail_tokens=50))
+    one = Calibrator(CalibratorConfig(period=3, pool="batch", min_tail_tokens=50))
+    assert [pooled.is_pooling_step(s) for s in (1, 2, 3)] == [True] * 3
+    assert not any(one.is_pooling_step(s) for s in (1, 2, 3))
+    pooled.add(1, *steps[0])
+    pooled.add(2, *steps[1])
+    assert pooled.pool_size == (2, int(steps[0][3].sum() + steps[1][3].sum()))
+    m_pooled = pooled.update(3, *steps[2])
+    m_one = one.update(3, *_cat(*steps))
+    assert pooled.bounds == one.bounds
+    assert m_pooled.pop("fp8rl/calib/pool_steps") == 3 and m_one.pop("fp8rl/calib/pool_steps") == 1
+    assert m_pooled == m_one
+    assert m_pooled["fp8rl/calib/pool_tokens"] == sum(int(m.sum()) for *_, m in steps)
+    assert pooled.pool_size == (0, 0)  # emptied by the calibration
+    # the rule itself on the pool: FP8 noise 2x -> L* = (1 - eps)^2 (test above)
+    assert m_pooled["fp8rl/calib/target_low"] == pytest.approx(0.64, rel=0.03)
+    with pytest.raises(ValueError, match="pool='period'"):
+        one.add(4, *steps[0])
+    with pytest.raises(ValueError, match="must not decrease"):
+        pooled.add(5, *steps[0])
+        pooled.add(4, *steps[0])
+
+
+def _tails(k_low: int, k_high: int, n: int = 100) -> tuple[torch.Tensor, ...]:
+    """n negative- and n positive-advantage tokens with known quantiles: BF16 clips exactly
+    ``k_low`` negative tokens (r_bf16 = 0.5 < 0.8) and ``k_high`` positive ones (1.5 > 1.2);
+    r_fp8 is evenly spaced, 0.5 + 0.005 i on A < 0 and 1 + 0.005 i on A > 0, so
+    L* = 0.5 + 0.005 (n - 1) k_low / n and H* = 1 + 0.005 (n - 1)(1 - k_high / n)."""
+    i = torch.arange(n, dtype=torch.float64)
+    rb_neg = torch.where(i < k_low, 0.5, 1.0)
+    rb_pos = torch.where(i < k_high, 1.5, 1.0)
+    rb = torch.cat([rb_neg, rb_pos])
+    rf = torch.cat([0.5 + 0.005 * i, 1.0 + 0.005 * i])
+    adv = torch.cat([-torch.ones(n), torch.ones(n)]).double()
+    return rb, rf, adv, torch.ones(2 * n, dtype=torch.bool)
+
+
+@pytest.mark.parametrize(("k_low", "k_high"), [(9, 9), (10, 10), (10, 9), (9, 30)])
+def test_the_gate_moves_a_bound_only_with_enough_tail_tokens(k_low, k_high):
+    cfg = CalibratorConfig(smoothing=0.0, min_tail_tokens=10, upper_rule="quantile")
+    cal = Calibrator(cfg)
+    m = cal.update(1, *_tails(k_low, k_high))
+    assert m["fp8rl/calib/low_tail_tokens"] == k_low
+    assert m["fp8rl/calib/high_tail_tokens"] == k_high
+    assert m["fp8rl/calib/target_low"] == pytest.approx(0.5 + 0.005 * 99 * k_low / 100)
+    assert m["fp8rl/calib/target_high"] == pytest.approx(1.0 + 0.005 * 99 * (1 - k_high / 100))
+    low_moves, high_moves = k_low >= 10, k_high >= 10
+    assert m["fp8rl/calib/low_gated"] == float(not low_moves)
+    assert m["fp8rl/calib/high_gated"] == float(not high_moves)
+    expected_low = m["fp8rl/calib/target_low"] if low_moves else 0.8
+    expected_high = m["fp8rl/calib/target_high"] if high_moves else 1.2
+    assert cal.bounds == pytest.approx((expected_low, expected_high))
+    # balance: H is balanced against L, so it moves exactly when L does
+    bal = Calibrator(dataclasses.replace(cfg, upper_rule="balance"))
+    m = bal.update(1, *_tails(k_low, k_high))
+    assert m["fp8rl/calib/low_gated"] == m["fp8rl/calib/high_gated"] == float(not low_moves)
+    assert (bal.bounds[1] == 1.2) == (not low_moves)
+
+
+@pytest.mark.parametrize("pool", ["batch", "period"])
+@pytest.mark.parametrize("min_tail_tokens", [0, 5])
+def test_no_token_clipped_by_bf16_holds_the_lower_bound(pool, min_tail_tokens, caplog):
+    # BF16 clips no negative token; one extreme FP8 token sits at 0.1. The pure rule's
+    # q -> 0 limit would follow that one token; the calibrator holds L (and, balance, H).
+    rb, rf, adv, mask = _tails(0, 30)
+    rf = rf.clone()
+    rf[3] = 0.1
+    assert calibrated_lower_bound(rb, rf, adv, mask, 0.2) == pytest.approx(0.1)
+    cfg = CalibratorConfig(smoothing=0.0, pool=pool, min_tail_tokens=min_tail_tokens)
+    cal = Calibrator(cfg)
+    with caplog.at_level(logging.INFO):
+        m = cal.update(1, rb, rf, adv, mask)
+    assert m["fp8rl/calib/low_tail_tokens"] == 0.0 and m["fp8rl/calib/q_low_bf16"] == 0.0
+    assert m["fp8rl/calib/low_gated"] == 1.0 and m["fp8rl/calib/high_gated"] == 1.0
+    assert cal.bounds == (0.8, 1.2)
+    assert "L held" in caplog.text
+    # the quantile rule's upper side is gated on its own tail: it moves
+    q = Calibrator(dataclasses.replace(cfg, upper_rule="quantile"))
+    q.update(1, rb, rf, adv, mask)
+    assert q.bounds[0] == 0.8 and q.bounds[1] != 1.2
+
+
+def test_upper_bound_is_balanced_against_the_applied_lower_bound():
+    # Order: L* -> L (EMA, max_step, limits) -> H* balanced against that L -> H (same EMA).
+    data = _step_data(1)
+    cfg = CalibratorConfig(smoothing=0.5, low_min=0.75, max_step=0.3)
+    res = calibrate(*data, eps_low=0.2, eps_high=0.2, rule="balance")
+    assert res.target_low == pytest.approx(0.64, rel=0.03)
+    applied_low = 0.75  # 0.5 * 0.8 + 0.5 * L* ~ 0.72, lifted to low_min
+    against_applied = calibrate(*data, eps_low=0.2, eps_high=0.2, lower=applied_low)
+    cal = Calibrator(cfg)
+    m = cal.update(1, *data)
+    assert cal.bounds[0] == applied_low
+    assert m["fp8rl/calib/target_high"] == against_applied.target_high
+    assert cal.bounds[1] == pytest.approx(0.5 * 1.2 + 0.5 * against_applied.target_high)
+    # the old order (H* against the unsmoothed L*) gives a measurably different H
+    assert abs(cal.bounds[1] - (0.5 * 1.2 + 0.5 * res.target_high)) > 0.01
+
+
+def test_state_round_trips_with_a_non_empty_pool():
+    cfg = CalibratorConfig(period=3, pool="period", min_tail_tokens=50)
+    cal = Calibrator(cfg)
+    cal.add(1, *_step_data(1, n=500))
+    cal.add(2, *_step_data(2, n=700))
+    state = cal.state_dict()
+    assert [c["step"] for c in state["pool"]] == [1, 2]
+    via_json = Calibrator.from_state_dict(json.loads(json.dumps(state)))
+    buf = io.BytesIO()  # a checkpoint: torch.save, loaded with weights_only=True
+    torch.save({"calibrator": state}, buf)
+    buf.seek(0)
+    via_torch = Calibrator(cfg)
+    via_torch.load_state_dict(torch.load(buf, weights_only=True)["calibrator"])
+    assert via_json.pool_size == via_torch.pool_size == cal.pool_size == (2, 2 * 1200)
+    metrics = [c.update(3, *_step_data(3, n=600)) for c in (cal, via_json, via_torch)]
+    assert metrics[0] == metrics[1] == metrics[2]
+    assert cal.state_dict() == via_json.state_dict() == via_torch.state_dict()
+    # a version-1 state (no pool, no pool/min_tail_tokens knobs) still loads
+    v1 = Calibrator(CalibratorConfig(period=3)).state_dict()
+    v1["version"] = 1
+    del v1["pool"], v1["config"]["pool"], v1["config"]["min_tail_tokens"]
+    old = Calibrator.from_state_dict(v1)
+    assert old.config == CalibratorConfig(period=3) and old.pool_size == (0, 0)

@@ -53,3 +53,33 @@ def test_bad_settings_are_rejected() -> None:
         EvalConfig(k=4)
     with pytest.raises(ValueError, match="unknown task families"):
         EvalConfig(families=("calculus",))
+
+
+def test_a_limit_is_a_sample_stratified_by_difficulty_not_a_prefix() -> None:
+    from fp8rl.tiny.evaluate import item_counts, select_items
+    from fp8rl.tiny.tasks import load_eval_set
+
+    items = load_eval_set("modulo")
+    picked = select_items(items, 50, (1, 2, 3))
+    assert [p.difficulty for p in picked].count(3) == 16  # a prefix of 50 has none
+    assert item_counts(50, (1, 2, 3)) == {1: 17, 2: 17, 3: 16}
+    assert item_counts(None, (2, 3)) == {2: 50, 3: 50}
+    assert {p.difficulty for p in select_items(items, 4, (3,))} == {3}
+    assert len({p.id for p in picked}) == 50
+    with pytest.raises(ValueError, match="150 for difficulties"):
+        item_counts(151, (1, 2, 3))
+    with pytest.raises(ValueError, match="difficulties must be"):
+        item_counts(3, (4,))
+
+
+def test_eval_difficulties_follow_the_rl_mix_and_are_checked_by_the_tiny_backend() -> None:
+    from fp8rl.config import ConfigError, RunConfig, override
+    from fp8rl.tiny.settings import eval_config, resolve_config
+
+    cfg = resolve_config(override(RunConfig(), {"rollout.difficulties": [3, 2]}))
+    assert cfg.eval.difficulties == [2, 3]
+    assert eval_config(cfg).difficulties == (2, 3)
+    with pytest.raises(ConfigError, match=r"rollout\.difficulties"):
+        resolve_config(override(RunConfig(), {"rollout.difficulties": [4]}))
+    with pytest.raises(ConfigError, match=r"eval\.limit"):
+        resolve_config(override(RunConfig(), {"eval.limit": 120, "eval.difficulties": [1, 2]}))

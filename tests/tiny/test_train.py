@@ -247,12 +247,14 @@ def test_cispo_runs_as_a_control_that_never_zeroes_a_gradient(tmp_path, cache) -
     assert (log[1]["fp8rl/clip_low"], log[1]["fp8rl/clip_high"]) == new
 
 
-def test_interrupted_run_resumes_to_identical_logs(tmp_path, cache) -> None:
+@pytest.mark.parametrize("pool", ["batch", "period"])
+def test_interrupted_run_resumes_to_identical_logs(tmp_path, cache, pool) -> None:
     changes = {
         "granularity.training": "blockwise",
         "granularity.rollout": "channel",
         "clipping.mode": "calibrated",
         "clipping.period": 2,
+        "clipping.pool": pool,
         "steps": 3,
         "train.checkpoint_every": 1,
         "eval.every": 2,
@@ -270,6 +272,74 @@ def test_interrupted_run_resumes_to_identical_logs(tmp_path, cache) -> None:
     assert [r["step"] for r in rows(whole.path, "eval.jsonl")] == [0, 2, 3]
     again = train(cfg, store, "test", cache_dir=cache)
     assert again.decision == "skip" and again.last_step == 3
+    # step 2 calibrates from its batch, or (period) from steps 1 and 2 - step 1's tokens
+    # crossed the checkpoint in the calibrator's pool; pooled steps are shadow steps, timed
+    log = rows(second.path, timing=True)
+    pooled = pool == "period"
+    assert log[1]["fp8rl/calib/pool_steps"] == (2 if pooled else 1)
+    assert log[1]["fp8rl/calib/pool_tokens"] > 0
+    assert [r["fp8rl/shadow/is_shadow_step"] for r in log] == [float(pooled), 1.0, float(pooled)]
+    assert all((r.get("timing_s/shadow", 0) > 0) == pooled for r in (log[0], log[2]))
+
+
+@pytest.mark.parametrize("source", ["rollout", "trainer"])
+def test_the_calibrator_sees_the_ratios_the_loss_clips(tmp_path, cache, monkeypatch, source):
+    """Bypass mode (old log-probs = the rollout's): every loss-masked token, mini-batch 0
+    included, reaches the calibrator with r_fp8 = exp(log-prob at its last visit - rollout
+    log-prob). Trainer old log-probs: mini-batch 0 (r = 1 by construction) is left out."""
+    import fp8rl.tiny.train as trainer
+    from fp8rl.rl import Calibrator
+
+    seen: dict[str, Any] = {"loss": []}
+    real_rollout, real_get, real_update = (
+        trainer.rollout,
+        trainer.get_policy_loss,
+        Calibrator.update,
+    )
+
+    def rollout(tr, step):
+        seen["batch"] = real_rollout(tr, step).batch
+        return trainer.Rollout(seen["batch"], 1)
+
+    def get_policy_loss(name):
+        real = real_get(name)
+
+        def loss(old, log_prob, adv, mask, *args):
+            seen["loss"].append((old.clone(), log_prob.detach().clone(), mask.clone()))
+            return real(old, log_prob, adv, mask, *args)
+
+        return loss
+
+    def update(self, step, ratio_bf16, ratio_fp8, advantages, mask):
+        seen["calib"] = (ratio_fp8.clone(), mask.clone())
+        return real_update(self, step, ratio_bf16, ratio_fp8, advantages, mask)
+
+    monkeypatch.setattr(trainer, "rollout", rollout)
+    monkeypatch.setattr(trainer, "get_policy_loss", get_policy_loss)
+    monkeypatch.setattr(Calibrator, "update", update)
+    changes = {
+        "granularity.training": "blockwise",
+        "granularity.rollout": "channel",
+        "clipping.mode": "calibrated",
+        "clipping.period": 1,
+        "train.old_logprob_source": source,
+        "train.tis": source == "trainer",
+        "train.probe_size": 0,
+    }
+    assert run(tmp_path, cache, changes, steps=1).status == "done"
+    batch, (ratio_fp8, mask) = seen["batch"], seen["calib"]
+    (old0, lp0, mask0), (old1, lp1, mask1) = seen["loss"]  # one epoch, 2 mini-batches
+    rows0 = len(lp0)
+    last_visit = torch.cat([lp0, lp1])
+    loss_old, loss_mask = torch.cat([old0, old1]), torch.cat([mask0, mask1]).bool()
+    if source == "rollout":
+        assert torch.equal(loss_old, batch.rollout_log_prob)
+        assert torch.equal(mask, loss_mask) and mask[:rows0].any()  # mini-batch 0 included
+    else:
+        assert not mask[:rows0].any() and torch.equal(mask[rows0:], loss_mask[rows0:])
+    expected = torch.exp(torch.clamp(last_visit - loss_old, -20.0, 20.0))
+    assert torch.equal(ratio_fp8[mask], expected[mask])
+    assert (ratio_fp8[mask] != 1.0).any()
 
 
 @pytest.mark.parametrize(
