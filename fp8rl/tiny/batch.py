@@ -18,6 +18,7 @@ import torch
 from fp8rl.config import RunConfig
 from fp8rl.rewards import reward
 from fp8rl.rl import overlong_penalty
+from fp8rl.tiny.evaluate import repeat_4gram_frac
 from fp8rl.tiny.sampler import Sampler, response_inputs
 from fp8rl.tiny.tasks import Problem, training_mix
 from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID
@@ -150,9 +151,3 @@ def sample_responses(
             )
         )
     return out
-
-
-def repeat_4gram_frac(text: str) -> float:
-    """Share of repeated character 4-grams (1 - distinct/total); 0 for short texts."""
-    grams = [text[i : i + 4] for i in range(len(text) - 3)]
-    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0

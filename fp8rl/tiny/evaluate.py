@@ -13,6 +13,9 @@ Metric names follow verl's validation metrics (DESIGN.md):
 - ``val-aux/<family>/acc/pass@<k>``    share of items with at least one correct sample
 - ``val-aux/<family>/well_formed/mean@<k>``, ``val-aux/<family>/truncated/mean@<k>``,
   ``val-aux/<family>/response_length/mean@<k>``
+- ``val-aux/<family>/garbled/mean@<k>``  share of responses that are garbled: not
+  well-formed, or more than ``GARBLED_REPEAT`` of their character 4-grams repeated
+  (:func:`is_garbled`; the paper's symptom after an entropy surge)
 - ``val-core/all/acc/mean@<k>``        the unweighted mean over families (the paper's
   "average of eight benchmarks"), and ``val-aux/all/...`` likewise.
 
@@ -51,9 +54,26 @@ __all__ = [
     "EvalResult",
     "evaluate",
     "evaluate_problems",
+    "is_garbled",
     "item_counts",
     "select_items",
 ]
+
+
+#: A response whose character 4-grams repeat more than this share is garbled (a normal
+#: tiny solution repeats 0-5%: `fp8rl/repeat_4gram_frac` of BF16 rollouts).
+GARBLED_REPEAT = 0.5
+
+
+def repeat_4gram_frac(text: str) -> float:
+    """Share of repeated character 4-grams (1 - distinct/total); 0 for short texts."""
+    grams = [text[i : i + 4] for i in range(len(text) - 3)]
+    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
+
+
+def is_garbled(text: str) -> bool:
+    """Not well-formed, or more than ``GARBLED_REPEAT`` of its 4-grams repeated."""
+    return not is_well_formed(text) or repeat_4gram_frac(text) > GARBLED_REPEAT
 
 
 @dataclass(frozen=True)
@@ -158,6 +178,7 @@ def evaluate_problems(
                     "response": text,
                     "correct": is_correct(text, p.answer),
                     "well_formed": is_well_formed(text),
+                    "garbled": is_garbled(text),
                     "truncated": not bool(batch.finished[row]),
                     "length": n,
                 }
@@ -180,6 +201,7 @@ def _summarise(records: list[dict[str, Any]], family: str, k: int) -> dict[str, 
         / len(by_item),
         f"val-aux/{family}/well_formed/mean@{k}": sum(r["well_formed"] for r in records) / n,
         f"val-aux/{family}/truncated/mean@{k}": sum(r["truncated"] for r in records) / n,
+        f"val-aux/{family}/garbled/mean@{k}": sum(r["garbled"] for r in records) / n,
         f"val-aux/{family}/response_length/mean@{k}": sum(r["length"] for r in records) / n,
     }
 
@@ -189,6 +211,7 @@ _AVERAGED = (
     ("acc/pass", "val-aux"),
     ("well_formed/mean", "val-aux"),
     ("truncated/mean", "val-aux"),
+    ("garbled/mean", "val-aux"),
 )
 
 

@@ -11,6 +11,7 @@ def _rec(item: str, correct: bool, **kw):
         "id": item,
         "correct": correct,
         "well_formed": True,
+        "garbled": False,
         "truncated": False,
         "length": 10,
     } | kw
@@ -25,12 +26,21 @@ def test_avg_at_k_and_pass_at_k_by_hand() -> None:
         _rec("b", False),
         _rec("b", False),
         _rec("b", False),
-        _rec("b", False, truncated=True),
+        _rec("b", False, truncated=True, garbled=True),
     ]
     m = _summarise(records, "fam", k=4)
     assert m["val-core/fam/acc/mean@4"] == 1 / 8  # avg@4 over both items
     assert m["val-aux/fam/acc/pass@4"] == 1 / 2  # item a solved at least once
     assert m["val-aux/fam/truncated/mean@4"] == 1 / 8
+    assert m["val-aux/fam/garbled/mean@4"] == 1 / 8
+
+
+def test_garbled_is_malformed_or_mostly_repeated() -> None:
+    from fp8rl.tiny.evaluate import is_garbled
+
+    assert not is_garbled("12 + 5 = 17 \\boxed{17}")
+    assert is_garbled("12 + 5 = 17")  # no boxed answer
+    assert is_garbled("= 1 = 1 = 1 = 1 = 1 = 1 = 1 = 1 = 1 = 1 \\boxed{1}")
 
 
 def test_evaluate_reports_every_family_and_the_average() -> None:
