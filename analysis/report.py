@@ -5,7 +5,9 @@
 
 --export-from first exports the experiment's finished runs from that run store into
 --source (fp8rl.analysis.export); --readme rewrites that README's Table-2 block from the
-report. Every table and figure in the folder comes from
+report. --experiment table2 (the pre-registered study; or --study for another experiment)
+adds the study's endpoints, verdicts and the protocol-precedes-runs check, reading the
+protocol's commit from git. Every table and figure in the folder comes from
 fp8rl.analysis.report.write_report; nothing in it is edited by hand.
 """
 
@@ -19,8 +21,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from analysis.study_protocol import protocol_commit  # noqa: E402
 from fp8rl.analysis.export import export_experiment  # noqa: E402
 from fp8rl.analysis.report import readme_section, update_readme, write_report  # noqa: E402
+from fp8rl.analysis.reproduce import SIZES, STUDY_PROTOCOL  # noqa: E402
+from fp8rl.analysis.study_report import StudySpec  # noqa: E402
 
 
 def main() -> int:
@@ -33,12 +38,20 @@ def main() -> int:
     ap.add_argument(
         "--paper", choices=("table2", "dapo"), default="table2", help="the paper table beside it"
     )
+    ap.add_argument(
+        "--study",
+        action="store_true",
+        help=f"add the pre-registered study's part (default for --experiment {SIZES['full']})",
+    )
     args = ap.parse_args()
     if args.export_from:
         print(export_experiment(args.export_from, args.experiment, args.source).text())
     out = Path(args.out or f"docs/reports/{args.experiment}")
+    study = None
+    if args.study or args.experiment == SIZES["full"]:
+        study = StudySpec(protocol_commit(STUDY_PROTOCOL))
     try:
-        report = write_report(args.source, args.experiment, out, paper=args.paper)
+        report = write_report(args.source, args.experiment, out, paper=args.paper, study=study)
     except FileNotFoundError as exc:
         print(f"report: {exc}", file=sys.stderr)
         return 1

@@ -6,7 +6,9 @@
 
 Each grid prints its plan and estimated time (as sweep.py does) before running it; a
 second call skips finished runs and rebuilds the report in seconds. The grids, folders
-and sizes are fp8rl.analysis.reproduce's.
+and sizes are fp8rl.analysis.reproduce's. --size full is the pre-registered study: its
+report adds the study's endpoints and verdicts and checks, from git, that the protocol
+(docs/study/table2_protocol.md) was committed before the first run started.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from analysis.study_protocol import protocol_commit  # noqa: E402
 from fp8rl.analysis.export import export_experiment  # noqa: E402
 from fp8rl.analysis.report import write_report  # noqa: E402
-from fp8rl.analysis.reproduce import SIZES, plan_table2  # noqa: E402
+from fp8rl.analysis.reproduce import SIZES, STUDY_PROTOCOL, plan_table2  # noqa: E402
+from fp8rl.analysis.study_report import StudySpec  # noqa: E402
 from fp8rl.config import ConfigError  # noqa: E402
 from fp8rl.experiments.backends import get_backend  # noqa: E402
 
@@ -31,7 +35,11 @@ SCALE_NOTES = {
     "default": "**Size: default** (one seed, 50 RL steps on the tiny-s base): what a newcomer can "
     "run in about 30 minutes. One seed gives no intervals, so no claim is decided here; the "
     "pre-registered study is `make reproduce-table2 FULL=1`.",
-    "full": "**Size: full** (the experiment/table2.yaml grid).",
+    "full": "**Size: full**: the pre-registered Table-2 study (protocol: "
+    "`docs/study/table2_protocol.md`): the experiment/table2.yaml grid and the study's two "
+    "controls (lower-only CC and the CISPO loss on one granularity), paired by seed. The "
+    "paper's numbers below are another scale (an 8B model, eight math benchmarks): compare "
+    "directions, not magnitudes.",
 }
 
 
@@ -76,13 +84,18 @@ def main() -> int:
     if not (source / plan.experiment).is_dir():
         print(f"reproduce-table2: no results in {source / plan.experiment}", file=sys.stderr)
         return 1
+    study = StudySpec(protocol_commit(STUDY_PROTOCOL)) if args.size == "full" else None
+    title = f"Table 2 at tiny scale ({args.size})"
+    if study is not None:
+        title = "Table 2 at tiny scale: the pre-registered study (full)"
     report = write_report(
         source,
         plan.experiment,
         plan.report_dir,
-        title=f"Table 2 at tiny scale ({args.size})",
+        title=title,
         commands=plan.commands,
         scale_note=SCALE_NOTES[args.size],
+        study=study,
     )
     print("\n" + report.summary_text())
     return 1 if failed else 0

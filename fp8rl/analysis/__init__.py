@@ -17,6 +17,10 @@ folder, which has the same layout) through :class:`fp8rl.runs.RunStore`, never a
   row per recipe, the calibration check and its verdict.
 * :mod:`.regime`   — the regime study: FP8 vs its BF16 shadow, and its verdicts.
 * :mod:`.noise`    — the noise table: std of the log-ratio noises per recipe.
+* :mod:`.study`    — the pre-registered Table-2 study: each run's endpoints (accuracy,
+  entropy surge, garbled share, lower-clip gap), the endpoint table, mechanism verdicts.
+* :mod:`.study_report` — the study's part of a report: controls, BF16's gain over the SFT
+  base, run time per arm, the protocol-precedes-runs check.
 
 Scripts in ``scripts/`` (``first_look.py``, ``regime_report.py``, ``noise_table.py``) only
 find runs and print what these return.

@@ -54,14 +54,17 @@ def arm_of(config: Mapping[str, Any]) -> str:
     """The arm label of a (nested) run config, e.g. ``Blockwise FP8 + CC``.
 
     Configs outside the table's rows get a descriptive label (``BF16 + CC (control)``,
-    ``Tensorwise FP8 (BF16 rollout)``, ``... [cispo loss]``) so they are never silently
-    merged into a row.
+    ``Tensorwise FP8 (BF16 rollout)``, ``Rowwise FP8 + CC (lower only)`` for Calibrated
+    Clipping of the lower bound alone, ``... [fp8rl_cispo loss]``) so they are never
+    silently merged into a row.
     """
     training = _get(config, "granularity.training") or "?"
     rollout = _get(config, "granularity.rollout")
     mode = _get(config, "clipping.mode") or "standard"
     loss = _get(config, "clipping.loss")
     cc = " + CC" if mode == "calibrated" else ""
+    if cc and _get(config, "clipping.lower_only"):
+        cc += " (lower only)"
     if training == "bf16":
         label = "BF16" if rollout is None else "FP8 rollout + BF16 training"
         if rollout is not None and rollout != "block":

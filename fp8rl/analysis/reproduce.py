@@ -7,12 +7,18 @@ Three sizes (``experiments/conf/experiment/table2*.yaml``):
   ``runs/`` (not in git).
 * ``default`` — ``table2_default``: tiny-s, one seed, 50 steps; about 30 minutes on two
   cores with the base-model build. Results in ``results/``, report in ``docs/reports/``.
-* ``full``    — ``table2``: the full grid (three seeds, 100 steps) until the Table-2
-  study's pre-registered protocol replaces it; hours, resumable.
+* ``full``    — ``table2``: the pre-registered Table-2 study (its protocol:
+  :data:`STUDY_PROTOCOL`, docs/study/table2_protocol.md, committed before its first run);
+  hours, resumable. Its report adds the study's endpoints and verdicts
+  (:mod:`fp8rl.analysis.study`, :mod:`fp8rl.analysis.study_report`).
 
 Each size is two grids into one experiment: the experiment's own (BF16 and the three FP8
 granularities x standard and Calibrated Clipping, BF16 + CC being a control) and the FP8
-rollout + BF16 training row (``granularity=fp8_rollout_only clipping=standard``).
+rollout + BF16 training row (``granularity=fp8_rollout_only clipping=standard``). The
+``full`` size adds the study's two controls on one granularity G
+(:data:`STUDY_CONTROL_GRANULARITY`): Calibrated Clipping of the lower bound only
+(``clipping=lower_only``) and the CISPO loss, which never zeroes a gradient
+(``clipping=cispo``).
 """
 
 from __future__ import annotations
@@ -22,9 +28,23 @@ from pathlib import Path
 
 from fp8rl.config import ConfigError
 
-__all__ = ["SIZES", "Table2Plan", "plan_table2"]
+__all__ = [
+    "SIZES",
+    "STUDY_CONTROL_GRANULARITY",
+    "STUDY_PROTOCOL",
+    "Table2Plan",
+    "control_grids",
+    "plan_table2",
+]
 
 SIZES: dict[str, str] = {"quick": "table2_quick", "default": "table2_default", "full": "table2"}
+
+#: The granularity G of the study's two controls (lower-only CC, CISPO): the noisiest one,
+#: as the protocol chooses it.
+STUDY_CONTROL_GRANULARITY = "rowwise"
+
+#: The pre-registered protocol of the ``full`` size, relative to the repository root.
+STUDY_PROTOCOL = "docs/study/table2_protocol.md"
 
 
 @dataclass(frozen=True)
@@ -72,6 +92,8 @@ def plan_table2(
     if seeds is not None:
         common.append(f"seed={seeds}")
     grids = [common, [*common, "granularity=fp8_rollout_only", "clipping=standard"]]
+    if size == "full":
+        grids += control_grids(common)
     if results_dir is None:
         results_dir = runs_dir / "results" if size == "quick" else Path("results")
     if report_dir is None:
@@ -83,3 +105,12 @@ def plan_table2(
     return Table2Plan(
         size, experiment, grids, runs_dir, Path(results_dir), Path(report_dir), commands
     )
+
+
+def control_grids(
+    common: list[str], granularity: str = STUDY_CONTROL_GRANULARITY
+) -> list[list[str]]:
+    """The study's control grids at ``granularity``: Calibrated Clipping of the lower bound
+    only (experiments/conf/clipping/lower_only.yaml) and the CISPO loss (cispo.yaml)."""
+    at = [*common, f"granularity={granularity}"]
+    return [[*at, "clipping=lower_only"], [*at, "clipping=cispo"]]

@@ -64,12 +64,18 @@ _ARM_KEYS = ("config.granularity.", "config.clipping.", "config.seed", "config.e
 
 
 def final_scores(
-    evals: pd.DataFrame, *, stat: str = "acc/mean", k: int | None = None, first: bool = False
+    evals: pd.DataFrame,
+    *,
+    stat: str = "acc/mean",
+    k: int | None = None,
+    first: bool = False,
+    section: str = "val-core",
 ) -> tuple[pd.DataFrame, int | None]:
-    """Each run's last (``first``: first) evaluation of ``val-core/<family>/<stat>@k``: a
+    """Each run's last (``first``: first) evaluation of ``<section>/<family>/<stat>@k``: a
     frame indexed by run_id with one column per family (``all`` included), and the k used
-    (the largest k logged when not given; None when there is nothing)."""
-    rows = evals[(evals["section"] == "val-core") & (evals["stat"] == stat)]
+    (the largest k logged when not given; None when there is nothing). ``section``:
+    ``val-core`` (accuracy) or ``val-aux`` (``garbled/mean``, ``well_formed/mean``, ...)."""
+    rows = evals[(evals["section"] == section) & (evals["stat"] == stat)]
     if rows.empty:
         return pd.DataFrame(), k
     if k is None:

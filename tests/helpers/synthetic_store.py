@@ -27,6 +27,19 @@ ARM_CONFIGS: dict[str, dict[str, Any]] = {
         for g, r in (("tensorwise", "tensor"), ("rowwise", "channel"), ("blockwise", "block"))
         for cc in (False, True)
     },
+    "BF16 + CC (control)": {
+        "granularity": {"training": "bf16", "rollout": None},
+        "clipping": {"mode": "calibrated"},
+    },
+    # the Table-2 study's two controls (on rowwise, its STUDY_CONTROL_GRANULARITY)
+    "Rowwise FP8 + CC (lower only)": {
+        "granularity": {"training": "rowwise", "rollout": "channel"},
+        "clipping": {"mode": "calibrated", "lower_only": True},
+    },
+    "Rowwise FP8 [fp8rl_cispo loss]": {
+        "granularity": {"training": "rowwise", "rollout": "channel"},
+        "clipping": {"mode": "standard", "loss": "fp8rl_cispo"},
+    },
 }
 
 
@@ -58,11 +71,14 @@ def add_run(
     steps: int = 4,
     status: str = "done",
     stop_at: int | None = None,
+    first_eval: Mapping[str, float] | None = None,
+    last_eval: Mapping[str, float] | None = None,
     **extra: Any,
 ) -> str:
     """One run: metrics from ``curve(step)`` for steps 1..steps (or ..stop_at), held-out
-    ``scores`` per family at steps 0 and the last (the mean over families as ``all``),
-    then ``status``. Returns the run id."""
+    ``scores`` per family at steps 0 (0.0, or ``first_eval``) and the last (the mean over
+    families as ``all``; ``last_eval`` adds metrics by full name, e.g.
+    ``val-aux/all/garbled/mean@1``), then ``status``. Returns the run id."""
     run = store.open_run(experiment, config(arm, seed, steps, **extra))
     with run:
         last = steps if stop_at is None else stop_at
@@ -71,8 +87,8 @@ def add_run(
         if scores is not None and stop_at is None:
             data = {f"val-core/{f}/acc/mean@1": v for f, v in scores.items()}
             data["val-core/all/acc/mean@1"] = sum(scores.values()) / len(scores)
-            run.log_eval(0, {k: 0.0 for k in data})
-            run.log_eval(steps, data)
+            run.log_eval(0, {k: 0.0 for k in data} | dict(first_eval or {}))
+            run.log_eval(steps, data | dict(last_eval or {}))
         if status != "running":
             run.mark(status, "" if status == "done" else f"synthetic {status}")
     if status == "running":  # as another machine's run in progress leaves it
