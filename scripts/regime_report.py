@@ -2,8 +2,9 @@
 
     python scripts/regime_report.py [--runs runs] [--experiment regime] [--period 5]
 
-The numbers and the pre-registered verdicts are fp8rl.analysis.regime's (its docstring
-states the criteria); this script only prints them.
+The numbers, the pre-registered verdicts, the pooled test of the asymmetry D > D+ and the
+token counts are fp8rl.analysis.regime's (its docstring states the criteria); this script
+only prints them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,51 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fp8rl.analysis.regime import regime_frame, regime_verdicts  # noqa: E402
+from fp8rl.analysis.regime import (  # noqa: E402
+    asymmetry_test,
+    regime_frame,
+    regime_verdicts,
+    token_counts,
+)
+
+
+def print_asymmetry(frame) -> None:
+    """The pooled test of D > D+ over the standard runs (fp8rl.analysis.regime)."""
+    print("\n### The asymmetry D > D+, pooled over the standard-clipping runs\n")
+    print(
+        "| scope | runs | D > D+ | D < D+ | ties | sign test p (exact, two-sided) "
+        "| mean D - D+ | 95% t-interval | t-test p |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in asymmetry_test(frame).to_dict("records"):
+        print(
+            f"| {r['scope']} | {r['runs']} | {r['above']} | {r['below']} | {r['ties']} "
+            f"| {r['sign_p']:.4f} | {r['mean']:+.4f} | [{r['low']:+.4f}, {r['high']:+.4f}] "
+            f"| {r['t_p']:.4f} |"
+        )
+    print(
+        "\nOne paired difference D - D+ per run; the sign test drops ties; runs are the "
+        "units (independent runs, not identical cells)."
+    )
+
+
+def print_tokens(frame) -> None:
+    """Negative-advantage tokens per shadow step and per calibration, and L's moves."""
+    print("\n### Negative-advantage tokens and calibrations\n")
+    for r in token_counts(frame).to_dict("records"):
+        print(
+            f"- {r['scope']}: {r['negadv_step']:.1f} A<0 tokens per shadow step (mean over "
+            f"{r['standard_runs']} standard runs; run means {r['negadv_min']:.0f}-"
+            f"{r['negadv_max']:.0f}); {r['negadv_calibration']:.1f} per calibration over "
+            f"{r['calibrations']} calibrations of {r['calibrated_runs']} calibrated runs; "
+            f"L moved at {r['low_moves']} of them, in {r['runs_low_moved']} runs."
+        )
+    print(
+        "\nA shadow step counts the loss-masked A<0 tokens of the shadow comparison "
+        "(fp8rl/shadow/n_negadv: the mini-batches visited after an update, all of them in "
+        "bypass mode); a calibration, the A<0 tokens it calibrated from (fp8rl/calib/n_negadv:"
+        " the step's shadow tokens, the period's pool with clipping.pool=period)."
+    )
 
 
 def main() -> None:
@@ -68,6 +113,8 @@ def main() -> None:
         grouped[verdict].append(f"eps {eps}, {recipe}, {source}")
     for verdict, cells in sorted(grouped.items()):
         print(f"- **{verdict}** ({len(cells)}): " + "; ".join(cells))
+    print_asymmetry(frame)
+    print_tokens(frame)
 
 
 if __name__ == "__main__":

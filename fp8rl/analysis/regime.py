@@ -13,6 +13,13 @@ all seeds of a cell:
    ``D > D+`` for every seed;
 2. Calibrated Clipping undoes it, where (1) holds: every calibrated run's
    ``post_abs_gap`` is below the standard run's of the same seed.
+
+With two seeds a cell cannot show the asymmetry ``D > D+`` beyond chance (under no
+asymmetry both seeds show it with probability 1/4: an exact two-sided sign-test p of 0.5
+at best), so :func:`asymmetry_test` pools it over
+the standard runs: an exact sign test and a paired t-interval of ``D - D+``, per eps and
+over all. :func:`token_counts` says how many negative-advantage tokens the comparison and
+the calibrator saw, and how often a calibration moved the lower bound.
 """
 
 from __future__ import annotations
@@ -23,19 +30,23 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats as _st
 
 from fp8rl.analysis.load import as_store, runs_frame
+from fp8rl.analysis.stats import mean_ci
 from fp8rl.rl import summarize_shadow_steps
 from fp8rl.runs import RunStore, read_step_log
 
 __all__ = [
     "CELL",
     "NOISE_METRIC",
+    "asymmetry_test",
     "noise_frame",
     "regime_frame",
     "regime_points",
     "regime_verdict",
     "regime_verdicts",
+    "token_counts",
 ]
 
 #: The columns that name a cell of the study.
@@ -59,9 +70,35 @@ def regime_frame(source: RunStore | Path | str, experiment: str, period: int) ->
                 "seed": r["seed"],
                 "run_id": r["run_id"],
                 **summarize_shadow_steps(log, period),
+                **_calibrations(log),
             }
         )
     return pd.DataFrame(out)
+
+
+#: A calibration moved the lower bound when its new bound differs from the one in force
+#: on its step by more than this (the logged bound is a mean over mini-batches).
+MOVE_TOL = 1e-9
+
+
+def _calibrations(rows: list[Mapping[str, object]]) -> dict[str, float]:
+    """What the calibrator logged on its calibration steps (``fp8rl/calib/*``):
+    ``calib_steps`` (how many), ``calib_negadv`` (mean negative-advantage tokens it
+    calibrated from, ``fp8rl/calib/n_negadv``: the step's shadow tokens, or the period's
+    pool with ``clipping.pool=period``; NaN without calibrations) and ``low_moves`` (how
+    many set a lower bound other than the one in force on that step, ``fp8rl/clip_low``)."""
+    cal = [r for r in rows if "fp8rl/calib/n_negadv" in r]
+    moves = [
+        abs(float(r["fp8rl/calib/new_clip_low"]) - float(r["fp8rl/clip_low"])) > MOVE_TOL
+        for r in cal
+        if "fp8rl/calib/new_clip_low" in r and "fp8rl/clip_low" in r
+    ]
+    negadv = [float(r["fp8rl/calib/n_negadv"]) for r in cal]
+    return {
+        "calib_steps": float(len(cal)),
+        "calib_negadv": float(np.mean(negadv)) if negadv else math.nan,
+        "low_moves": float(sum(moves)),
+    }
 
 
 def regime_verdict(
@@ -91,6 +128,82 @@ def regime_verdicts(frame: pd.DataFrame) -> dict[tuple, str]:
         }
         out[tuple(cell)] = regime_verdict(by["standard"], by["calibrated"])
     return out
+
+
+def _scopes(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """``("eps <e>", rows)`` per trust-region width, then ``("all", frame)``."""
+    return [(f"eps {e:g}", rows) for e, rows in frame.groupby("eps")] + [("all", frame)]
+
+
+def asymmetry_test(frame: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
+    """The asymmetry ``D > D+`` pooled over the standard-clipping runs of ``frame`` (every
+    run when it has no ``clipping`` column), per eps and over all; one row per scope.
+
+    Each run contributes one paired difference ``D - D+``. ``above``/``below``/``ties``
+    count runs with ``D - D+`` positive, negative and zero; ``sign_p`` is the exact
+    two-sided binomial test of ``above`` out of ``above + below`` at 1/2 (ties dropped;
+    NaN when none is left); ``mean``, ``low``, ``high`` the mean of ``D - D+`` over all
+    runs and its t-interval at ``level`` (``fp8rl.analysis.stats.mean_ci``), ``t_p`` the
+    two-sided one-sample t-test of that mean against 0. Runs are the units: the test
+    assumes independent runs, not identical cells."""
+    if "clipping" in frame.columns:
+        frame = frame[frame["clipping"] == "standard"]
+    out = []
+    for scope, rows in _scopes(frame) if not frame.empty else []:
+        diff = (rows["D"] - rows["D+"]).to_numpy(dtype=float)
+        above, below = int((diff > 0).sum()), int((diff < 0).sum())
+        est = mean_ci(diff, level)
+        sign_p = _st.binomtest(above, above + below, 0.5).pvalue if above + below else math.nan
+        t_p = _st.ttest_1samp(diff, 0.0).pvalue if len(diff) > 1 and diff.std() > 0 else math.nan
+        out.append(
+            {
+                "scope": scope,
+                "runs": len(diff),
+                "above": above,
+                "below": below,
+                "ties": len(diff) - above - below,
+                "sign_p": float(sign_p),
+                "mean": est.mean,
+                "low": est.low,
+                "high": est.high,
+                "t_p": float(t_p),
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def token_counts(frame: pd.DataFrame) -> pd.DataFrame:
+    """Negative-advantage token counts per eps and over all (one row per scope):
+    ``negadv_step`` the mean over standard runs of their mean ``fp8rl/shadow/n_negadv``
+    per shadow step (the loss-masked A < 0 tokens the shadow comparison covers),
+    ``negadv_min``/``negadv_max`` the range of those run means; over the calibrated runs,
+    ``calibrations`` (in all), ``negadv_calibration`` (mean tokens a calibration
+    calibrated from, ``fp8rl/calib/n_negadv``), ``low_moves`` (calibrations that moved
+    the lower bound) and ``runs_low_moved`` (calibrated runs where at least one did)."""
+    out = []
+    for scope, rows in _scopes(frame) if not frame.empty else []:
+        std = rows[rows["clipping"] == "standard"]
+        cal = rows[rows["clipping"] == "calibrated"]
+        cal_negadv = cal["calib_negadv"] * cal["calib_steps"]
+        out.append(
+            {
+                "scope": scope,
+                "standard_runs": len(std),
+                "negadv_step": float(std["negadv"].mean()) if len(std) else math.nan,
+                "negadv_min": float(std["negadv"].min()) if len(std) else math.nan,
+                "negadv_max": float(std["negadv"].max()) if len(std) else math.nan,
+                "calibrated_runs": len(cal),
+                "calibrations": int(cal["calib_steps"].sum()),
+                "negadv_calibration": (
+                    float(cal_negadv.sum() / cal["calib_steps"].sum())
+                    if cal["calib_steps"].sum()
+                    else math.nan
+                ),
+                "low_moves": int(cal["low_moves"].sum()),
+                "runs_low_moved": int((cal["low_moves"] > 0).sum()),
+            }
+        )
+    return pd.DataFrame(out)
 
 
 #: The noise probe's std of ``log pi_train - log pi_BF16`` on negative-advantage tokens:
