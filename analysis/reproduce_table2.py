@@ -2,7 +2,7 @@
 
     python analysis/reproduce_table2.py [--size quick|default|full] [--seeds 0,1,2]
         [--backend tiny] [--threads 2] [--runs-dir runs] [--cache-dir D] [--results-dir D]
-        [--report-dir D] [--report-only]
+        [--report-dir D] [--report-only] [--jobs N]
 
 Each grid prints its plan and estimated time (as sweep.py does) before running it; a
 second call skips finished runs and rebuilds the report in seconds. The grids, folders
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,12 +44,40 @@ SCALE_NOTES = {
 }
 
 
+def run_grids(sweep: list[str], grids: list[list[str]], jobs: int) -> bool:
+    """Run each grid's sweep.py, ``jobs`` at a time (the run store keeps concurrent
+    invocations apart: each run has its own lock); True if any failed. sweep.py prints
+    each grid's plan (run ids, start/resume/skip, estimated time) before it starts."""
+    failed, running = False, []
+    for i, grid in enumerate(grids, 1):
+        while len(running) >= jobs:
+            failed |= _reap(running)
+        print(f"\n== grid {i}/{len(grids)}: python sweep.py {' '.join(grid)}", flush=True)
+        running.append(subprocess.Popen([*sweep, *grid]))
+    while running:
+        failed |= _reap(running)
+    return failed
+
+
+def _reap(running: list[subprocess.Popen]) -> bool:
+    """Wait for one of ``running`` to end; remove it; True if it failed."""
+    while True:
+        for proc in running:
+            if proc.poll() is not None:
+                running.remove(proc)
+                return proc.returncode != 0
+        time.sleep(1)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", choices=list(SIZES), default="default")
     ap.add_argument("--seeds", default=None, help="comma-separated seeds replacing the size's")
     ap.add_argument("--backend", default="tiny")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--jobs", type=int, default=1, help="grids run at once (the study: --jobs 2 --threads 1)"
+    )
     ap.add_argument("--runs-dir", default="runs")
     ap.add_argument("--cache-dir", default=None, help="base-model cache (default: the backend's)")
     ap.add_argument("--results-dir", default=None)
@@ -73,11 +102,7 @@ def main() -> int:
     sweep = [sys.executable, str(REPO / "sweep.py")]
     failed = False
     if not args.report_only:
-        for i, grid in enumerate(plan.grids, 1):
-            # sweep.py prints the grid's plan (run ids, start/resume/skip, estimated time
-            # from measured step times) before it starts anything
-            print(f"\n== grid {i}/{len(plan.grids)}: python sweep.py {' '.join(grid)}", flush=True)
-            failed |= subprocess.call([*sweep, *grid]) != 0
+        failed = run_grids(sweep, plan.grids, args.jobs)
         summary = export_experiment(plan.runs_dir, plan.experiment, plan.results_dir)
         print("\n" + summary.text())
     source = plan.results_dir

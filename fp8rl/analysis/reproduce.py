@@ -31,6 +31,7 @@ from fp8rl.config import ConfigError
 __all__ = [
     "SIZES",
     "STUDY_CONTROL_GRANULARITY",
+    "STUDY_GRANULARITIES",
     "STUDY_PROTOCOL",
     "Table2Plan",
     "control_grids",
@@ -42,6 +43,8 @@ SIZES: dict[str, str] = {"quick": "table2_quick", "default": "table2_default", "
 #: The granularity G of the study's two controls (lower-only CC, CISPO): the noisiest one,
 #: as the protocol chooses it.
 STUDY_CONTROL_GRANULARITY = "rowwise"
+#: The granularities of experiment/table2.yaml's grid (the full size runs one grid each).
+STUDY_GRANULARITIES = ("bf16", "tensorwise", "rowwise", "blockwise")
 
 #: The pre-registered protocol of the ``full`` size, relative to the repository root.
 STUDY_PROTOCOL = "docs/study/table2_protocol.md"
@@ -91,9 +94,11 @@ def plan_table2(
         common.append(f"backend={backend}")
     if seeds is not None:
         common.append(f"seed={seeds}")
-    grids = [common, [*common, "granularity=fp8_rollout_only", "clipping=standard"]]
-    if size == "full":
-        grids += control_grids(common)
+    rollout_arm = [*common, "granularity=fp8_rollout_only", "clipping=standard"]
+    grids = [common, rollout_arm]
+    if size == "full":  # one grid per granularity, so `--jobs 2` keeps two lanes busy
+        grids = [[*common, f"granularity={g}"] for g in STUDY_GRANULARITIES]
+        grids += [rollout_arm, *control_grids(common)]
     if results_dir is None:
         results_dir = runs_dir / "results" if size == "quick" else Path("results")
     if report_dir is None:

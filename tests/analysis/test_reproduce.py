@@ -102,3 +102,23 @@ def test_default_reproduce_runs_the_grid_and_reports(tmp_path):
     readme = (tmp_path / "report" / "README.md").read_text()
     assert "9 of 9 runs finished" in readme and "50 RL steps" in readme
     assert len(list((tmp_path / "report" / "figures").glob("*.png"))) == 6
+
+
+def test_grids_run_jobs_at_a_time_and_report_failure(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "reproduce_table2", Path(__file__).resolve().parents[2] / "analysis/reproduce_table2.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    stamp = tmp_path / "log"
+    script = (
+        f"import sys, time; open({str(stamp)!r}, 'a').write(sys.argv[1] + ' '); "
+        "time.sleep(0.3); sys.exit(sys.argv[1] == 'bad')"
+    )
+    sweep = [sys.executable, "-c", script]
+    assert module.run_grids(sweep, [["a"], ["b"], ["c"]], jobs=2) is False
+    assert sorted(stamp.read_text().split()) == ["a", "b", "c"]
+    assert module.run_grids(sweep, [["a"], ["bad"]], jobs=2) is True

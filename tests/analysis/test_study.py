@@ -233,8 +233,12 @@ def test_lower_only_and_cispo_have_their_own_labels_and_grids():
         assert arm_of(config(arm, 0)) == arm
     assert arm_of(config("Rowwise FP8", 0, **{"clipping.lower_only": True})) == "Rowwise FP8"
     full = plan_table2("full")
-    assert full.grids[2][-2:] == ["granularity=rowwise", "clipping=lower_only"]
-    assert full.grids[3][-2:] == ["granularity=rowwise", "clipping=cispo"]
+    assert [g[-1] for g in full.grids[:4]] == [
+        f"granularity={g}" for g in ("bf16", "tensorwise", "rowwise", "blockwise")
+    ]  # one grid per granularity: `--jobs 2` keeps two lanes busy
+    assert full.grids[4][-2:] == ["granularity=fp8_rollout_only", "clipping=standard"]
+    assert full.grids[5][-2:] == ["granularity=rowwise", "clipping=lower_only"]
+    assert full.grids[6][-2:] == ["granularity=rowwise", "clipping=cispo"]
     assert len(plan_table2("default").grids) == 2
     assert all(
         (REPO / "experiments/conf/clipping" / f"{name}.yaml").exists()
