@@ -146,10 +146,13 @@ def test_every_point_of_every_preset_validates() -> None:
 
 def test_table2_is_the_papers_grid() -> None:
     points = expand_grid(["+experiment=table2"])
-    assert len(points) == 4 * 2 * 3
+    assert len(points) == 4 * 2 * 4  # granularity x clipping x seeds 0-3 (the protocol's)
     cfg = compose(points[0])
     assert cfg.experiment_name == "table2"
     assert cfg.algorithm.name == "grpo"
+    # the scale model comes from scale/tiny_table2.yaml through study=table2
+    assert (cfg.algorithm.eps_low, cfg.steps, cfg.model.sft.steps) == (0.08, 50, 1200)
+    assert compose(["+experiment=table2_default"]).algorithm.eps_low == 0.2
     grid = {(p[0], p[1]) for p in points}
     assert ("granularity=blockwise", "clipping=calibrated") in grid
     assert ("granularity=bf16", "clipping=standard") in grid
