@@ -2,6 +2,7 @@
 
     python scripts/build_base_model.py                       # tiny-s, seed 0
     python scripts/build_base_model.py --preset tiny-m --seed 1 --cache /path/to/cache
+    python scripts/build_base_model.py --steps 1200 --ship   # the study base -> data/base_models
 
 The model is cached under $FP8RL_CACHE/base_models (default ~/.cache/fp8rl/base_models)
 keyed by everything that determines it; a second call loads it instantly.
@@ -11,11 +12,18 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 
 import torch
 
 from fp8rl.tiny.progress import enable_progress_bars
-from fp8rl.tiny.sft import SFTConfig, base_model_key, build_base_model, default_cache_dir
+from fp8rl.tiny.sft import (
+    SHIPPED_DIR,
+    SFTConfig,
+    base_model_key,
+    build_base_model,
+    default_cache_dir,
+)
 from fp8rl.tiny.tasks import FAMILIES
 
 
@@ -26,6 +34,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=SFTConfig.steps)
     ap.add_argument("--cache", default=None, help=f"cache dir (default {default_cache_dir()})")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--ship",
+        action="store_true",
+        help="copy the model into data/base_models (shipped with the repository; commit it)",
+    )
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(args.threads)
@@ -33,6 +46,10 @@ def main() -> None:
     print(f"base model {base_model_key(cfg)}")
     enable_progress_bars()  # SFT steps and the held-out evaluation, on stderr
     base = build_base_model(cfg, args.cache)
+    if args.ship and base.path.parent != SHIPPED_DIR:
+        target = SHIPPED_DIR / base.path.name
+        shutil.copytree(base.path, target, dirs_exist_ok=True)
+        print(f"shipped: {target} (commit it)")
     info = base.info
     print(
         f"\n{base.path}\n{info['params']:,} parameters; SFT {info['train_seconds']} s, "

@@ -45,6 +45,7 @@ from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID, VOCAB_SIZE_PADDED, build_tokeni
 
 __all__ = [
     "SFT_VERSION",
+    "SHIPPED_DIR",
     "BaseModel",
     "SFTConfig",
     "base_model_key",
@@ -95,6 +96,12 @@ class BaseModel:
     tokenizer: Any
     path: Path
     info: dict[str, Any] = field(default_factory=dict)
+
+
+#: Base models shipped with the repository (``<key>/`` as in the cache): those that take more
+#: than a few minutes to build (the Table-2 study's 1200-step tiny-s base). Read-only; a
+#: cache miss loads from here before building. ``scripts/build_base_model.py --ship`` adds one.
+SHIPPED_DIR = Path(__file__).resolve().parents[2] / "data" / "base_models"
 
 
 def default_cache_dir() -> Path:
@@ -215,13 +222,18 @@ def build_base_model(
     *,
     on_step: Callable[[int, float], None] | None = None,
     on_eval: Callable[[int], None] | None = None,
+    shipped: bool = True,
 ) -> BaseModel:
-    """Load the base model for ``cfg`` from the cache, building it first if missing."""
+    """Load the base model for ``cfg`` from the cache (or, with ``shipped``, from
+    ``SHIPPED_DIR``), building it into the cache first if it is in neither."""
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     path = cache / base_model_key(cfg)
     if (path / "config.json").is_file():
         log.info("base model %s: cached", path.name)
         return load_base_model(path)
+    if shipped and (SHIPPED_DIR / path.name / "config.json").is_file():
+        log.info("base model %s: shipped with the repository (%s)", path.name, SHIPPED_DIR)
+        return load_base_model(SHIPPED_DIR / path.name)
     log.info("base model %s: building (%d SFT steps)", path.name, cfg.steps)
     tokenizer = build_tokenizer()
     model = build_model(cfg.preset, vocab_size=VOCAB_SIZE_PADDED, seed=cfg.seed)
