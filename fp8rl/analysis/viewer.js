@@ -142,8 +142,10 @@ function legend() {
 // ---------------------------------------------------------------- responses
 
 function tokenSpan(r, i, j, text) {
-  const ws = text === "\n" || text === " " || text.startsWith("<");
-  const shown = text === "\n" ? "\u21b5\n" : text;
+  // newline as an arrow; a token that decodes to nothing (an id outside the vocabulary) as
+  // an empty-set sign; special tokens (<eos>, ...) in grey
+  const ws = text === "\n" || text === " " || text === "" || text.startsWith("<");
+  const shown = text === "\n" ? "\u21b5\n" : text === "" ? "\u2205" : text;
   const span = el("span", { class: `tok${ws ? " ws" : ""}`, "data-r": r, "data-i": i, "data-j": j, text: shown });
   const clip = D.runs[r].responses[i].clip[j];
   if (clip === 1) span.classList.add("low");

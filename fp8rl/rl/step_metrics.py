@@ -121,6 +121,11 @@ def dump_rows(
     return sorted(i for *_, i in sorted(ranked)[: max(k, 0)])
 
 
+def _f32(x: float | torch.Tensor) -> float:
+    """``x`` to 9 significant digits: every float32 value survives, the JSON is shorter."""
+    return float(f"{float(x):.9g}")
+
+
 def token_records(
     token_texts: list[list[str]],
     rollout_log_prob: torch.Tensor,
@@ -138,7 +143,8 @@ def token_records(
     bound (``clipped_low``: ``A < 0`` and ``r < L``) or the upper (``clipped_high``:
     ``A > 0`` and ``r > H``); ``clipped`` is either. With ``trainer_log_prob`` (the
     trainer's pi_old) also ``is_ratio = pi_old / pi_rollout``, the importance ratio before
-    TIS truncates it to ``min(is_ratio, C)``."""
+    TIS truncates it to ``min(is_ratio, C)``. Numbers carry 9 significant digits (a float32
+    tensor's precision; the clip flags are decided before rounding)."""
     out = []
     for i, texts in enumerate(token_texts):
         per_token = []
@@ -147,18 +153,18 @@ def token_records(
             low, high = adv < 0 and ratio < clip_low, adv > 0 and ratio > clip_high
             record = {
                 "token": text,
-                "rollout_log_prob": float(rollout_log_prob[i, t]),
-                "old_log_prob": float(old_log_prob[i, t]),
-                "ratio": ratio,
-                "entropy": float(entropy[i, t]),
-                "advantage": adv,
+                "rollout_log_prob": _f32(rollout_log_prob[i, t]),
+                "old_log_prob": _f32(old_log_prob[i, t]),
+                "ratio": _f32(ratio),
+                "entropy": _f32(entropy[i, t]),
+                "advantage": _f32(adv),
                 "clipped": low or high,
                 "clipped_low": low,
                 "clipped_high": high,
             }
             if trainer_log_prob is not None:
                 gap = float(trainer_log_prob[i, t]) - float(rollout_log_prob[i, t])
-                record["is_ratio"] = math.exp(gap)
+                record["is_ratio"] = _f32(math.exp(gap))
             per_token.append(record)
         out.append(per_token)
     return out
