@@ -12,6 +12,8 @@ folder, which has the same layout) through :class:`fp8rl.runs.RunStore`, never a
 * :mod:`.figures`  — matplotlib figures, each returning the data it plotted.
 * :mod:`.export`   — an experiment's compact results into ``results/``.
 * :mod:`.report`   — a report folder: tables, figures and a generated summary.
+* :mod:`.viewer`   — the token viewer: static HTML pages of a run's sample dumps, and two
+  runs side by side.
 * :mod:`.reproduce` — ``make reproduce-table2``: which grids a size runs, where results go.
 * :mod:`.first_look` — the tiny trainer's first look: improvement over the SFT base, one
   row per recipe, the calibration check and its verdict.

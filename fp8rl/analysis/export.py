@@ -4,7 +4,9 @@
 its reports need as each piece finishes: per finished run (done, failed or pruned, of the
 current results version) its ``config.yaml``, ``status.json``, ``provenance.json``,
 ``metrics.jsonl``, ``eval.jsonl`` and ``integrity.json`` — no checkpoints, and at most
-``samples`` token-level sample dumps (the first and last steps' first). Metrics whose names
+``samples`` token-level sample dumps (the first, last and middle steps' first, so two runs
+on one dump schedule keep the same steps: the token viewer pairs them), rewritten as
+compact JSON (the same values in two thirds of an indented dump's bytes). Metrics whose names
 start with one of ``drop_prefixes`` are left out of the copy's ``metrics.jsonl``; by default
 the per-layer FP8 statistics (``fp8rl/fp8/*``, 348 of a blockwise step's 540 metrics, 64%
 of its bytes), which no report reads and which stay in the run store. The copy has the run
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,7 +78,17 @@ def _contents(run_dir: Path, drop: tuple[str, ...]) -> dict[str, bytes]:
     return out
 
 
-def _unchanged(target: Path, contents: dict[str, bytes], samples: list[Path]) -> bool:
+def _compact(path: Path) -> bytes:
+    """A sample dump as compact JSON (the same values; older dumps were indented); a file
+    that does not parse is copied as it is."""
+    raw = path.read_bytes()
+    try:
+        return (json.dumps(json.loads(raw), separators=(",", ":")) + "\n").encode()
+    except ValueError:
+        return raw
+
+
+def _unchanged(target: Path, contents: dict[str, bytes], samples: dict[str, bytes]) -> bool:
     if not target.is_dir():
         return False
     have = {p.name for p in target.iterdir() if p.name in EXPORTED_FILES}
@@ -85,15 +96,18 @@ def _unchanged(target: Path, contents: dict[str, bytes], samples: list[Path]) ->
         return False
     if any((target / name).read_bytes() != data for name, data in contents.items()):
         return False
-    return {p.name for p in (target / "samples").glob("*.json")} == {p.name for p in samples}
+    have_samples = sorted((target / "samples").glob("*.json"))
+    if {p.name for p in have_samples} != set(samples):
+        return False
+    return all(p.read_bytes() == samples[p.name] for p in have_samples)
 
 
 def _pick_samples(samples_dir: Path, n: int) -> list[Path]:
     files = sorted(samples_dir.glob("*.json")) if samples_dir.is_dir() else []
     if n <= 0 or not files:
         return []
-    picked = [files[0], files[-1], *files[1:-1]]
-    return sorted(dict.fromkeys(picked[:n]))
+    picked = [files[0], files[-1], files[len(files) // 2], *files[1:-1]]
+    return sorted(list(dict.fromkeys(picked))[:n])
 
 
 def export_experiment(
@@ -101,7 +115,7 @@ def export_experiment(
     experiment: str,
     destination: Path | str,
     *,
-    samples: int = 2,
+    samples: int = 3,
     drop_prefixes: tuple[str, ...] = DROPPED_METRICS,
 ) -> ExportSummary:
     """Export ``experiment``'s finished runs from ``source`` to ``destination/<experiment>``
@@ -117,7 +131,7 @@ def export_experiment(
             summary.skipped[info.run_id] = f"{info.status.value}: {info.reason}".rstrip(": ")
             continue
         target = summary.destination / info.run_id
-        chosen = _pick_samples(info.path / "samples", samples)
+        chosen = {p.name: _compact(p) for p in _pick_samples(info.path / "samples", samples)}
         contents = _contents(info.path, tuple(drop_prefixes))
         if _unchanged(target, contents, chosen):
             summary.unchanged.append(info.run_id)
@@ -127,8 +141,8 @@ def export_experiment(
                 (tmp / name).write_bytes(data)
             if chosen:
                 (tmp / "samples").mkdir()
-                for path in chosen:
-                    shutil.copy2(path, tmp / "samples" / path.name)
+                for name, data in chosen.items():
+                    (tmp / "samples" / name).write_bytes(data)
             record_path = info.path / "integrity.json"
             if record_path.exists():
                 source_record = json.loads(record_path.read_text())

@@ -10,6 +10,9 @@ in it is edited by hand. Layout::
     <out>/verdicts.md          the claims and what this run set says about each
     <out>/runs.csv             one row per run: arm, seed, run id, state
     <out>/figures/*.png|.pdf   the figures of :mod:`fp8rl.analysis.figures`
+    <out>/viewer/*.html        the token viewer (:mod:`fp8rl.analysis.viewer`): a page per
+                               run with sample dumps, FP8 vs FP8 + CC side by side per
+                               granularity and seed
 
 With ``study`` (a :class:`fp8rl.analysis.study_report.StudySpec`: the pre-registered Table-2
 study, ``make reproduce-table2 FULL=1``) the folder also holds the study's endpoint table,
@@ -45,6 +48,7 @@ from fp8rl.analysis.tables import (
     table2,
 )
 from fp8rl.analysis.verdicts import VERDICT_RULES, Verdict, verdicts_markdown
+from fp8rl.analysis.viewer import ViewerLink, write_viewers
 from fp8rl.runs import RunStore, atomic_write_text
 
 logger = logging.getLogger(__name__)
@@ -75,6 +79,7 @@ class Report:
     runs: pd.DataFrame
     figures: list[Path] = field(default_factory=list)
     study: Study | None = None
+    viewers: list[ViewerLink] = field(default_factory=list)
 
     def summary_text(self) -> str:
         """What ``make reproduce-table2`` prints at the end: the table and the verdicts
@@ -171,6 +176,23 @@ def _write_tables(
     return parts
 
 
+def viewer_lines(viewers: Sequence[ViewerLink], out: Path) -> list[str]:
+    """The README's token-viewer section: a link per page, or why there is none."""
+    lines = ["## Token viewer", ""]
+    if not viewers:
+        none = "No run of this experiment dumped samples (`train.dump_samples_every` is 0)."
+        return [*lines, none, ""]
+    lines += [
+        "Each run's sampled responses token by token (`samples/`; docs/analysis.md, *Token "
+        "viewer*): coloured by clipping, log-ratio, trainer-vs-rollout log-prob, entropy or "
+        "advantage, numbers on hover, filters and a sortable summary per response. "
+        "Self-contained HTML: open the file in a browser.",
+        "",
+    ]
+    lines += [f"- [{v.label}]({v.path.relative_to(out).as_posix()})" for v in viewers]
+    return [*lines, ""]
+
+
 def _summary(
     heading: str,
     origin: str,
@@ -183,6 +205,8 @@ def _summary(
     scale_note: str,
     paper: str,
     study: Study | None = None,
+    viewers: Sequence[ViewerLink] = (),
+    out: Path = Path("."),
 ) -> str:
     """The report folder's README.md."""
     n_ok = int(runs["usable"].sum())
@@ -229,6 +253,7 @@ def _summary(
     ]
     for fig in figures:
         lines += [f"![{fig.name}](figures/{fig.name}.png)", "", fig.caption, ""]
+    lines += viewer_lines(viewers, out)
     lines += ["## Runs", "", _runs_table(runs), ""]
     return "\n".join(lines)
 
@@ -266,6 +291,7 @@ def write_report(
     for fig in figures:
         paths += F.save_figure(fig, out / "figures")
     parts = _write_tables(out, table, verdicts, runs, paper)
+    viewers = write_viewers(store, experiment, runs, out / "viewer")
     found = None if study is None else build_study(store, experiment, runs, metrics, evals, study)
     if found is not None:
         write_study_files(out, found)
@@ -277,12 +303,13 @@ def write_report(
     text = _summary(
         heading, origin, runs, table, parts, figures,
         commands=commands, scale_note=scale_note, paper=paper, study=found,
+        viewers=viewers, out=out,
     )  # fmt: skip
     atomic_write_text(out / "README.md", text)
     logger.info("report written to %s", out)
     if found is not None and not found.protocol.ok:
         logger.warning("%s", found.protocol.text)
-    return Report(out, table, verdicts, runs, paths, found)
+    return Report(out, table, verdicts, runs, paths, found, viewers)
 
 
 README_BEGIN = (

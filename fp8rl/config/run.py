@@ -256,8 +256,9 @@ class TrainSettings:
     checkpoint_every (the last step is always checkpointed), keep_checkpoints.
     probe_size: problems in the fixed health-probe batch, scored after every weight sync
         with the rollout copy and the master weights in BF16 (0 = off).
-    dump_samples_every, dump_samples: every this many steps (0 = never) dump the first
-        ``dump_samples`` responses token by token to ``samples/``.
+    dump_samples_every, dump_samples: every this many steps (0 = never) dump
+        ``dump_samples`` responses of the off-policy mini-batches token by token to
+        ``samples/`` (``fp8rl.rl.step_metrics.dump_rows``; the token viewer reads them).
     shadow_every: BF16 shadow forwards every this many steps (0 = only on calibration
         steps), logging what BF16 and the training precision clip (``fp8rl/shadow/*``).
     """

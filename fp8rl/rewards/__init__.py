@@ -7,23 +7,29 @@ and one checker serve RL rewards, in-loop evaluation and the lm-eval tasks, so a
 
 from fp8rl.rewards.checking import (
     ANSWER_PATTERN,
+    GARBLED_REPEAT,
     extract_boxed,
     is_correct,
     is_correct_math_verify,
+    is_garbled,
     is_integer_answer,
     is_well_formed,
+    repeat_4gram_frac,
     reward,
 )
 from fp8rl.rewards.prompt import PROMPT_TEMPLATE, format_prompt
 
 __all__ = [
     "ANSWER_PATTERN",
+    "GARBLED_REPEAT",
     "PROMPT_TEMPLATE",
     "extract_boxed",
     "format_prompt",
     "is_correct",
     "is_correct_math_verify",
+    "is_garbled",
     "is_integer_answer",
     "is_well_formed",
+    "repeat_4gram_frac",
     "reward",
 ]

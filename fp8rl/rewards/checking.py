@@ -12,6 +12,10 @@ Definitions (the trainer, the evaluator and the lm-eval tasks all use these):
   trainer logs the share of responses that are not: garbled output, the paper's
   symptom. This looks at text only; a response cut at the token limit (no EOS)
   is the caller's to count.
+- A response is *garbled* (:func:`is_garbled`, the paper's symptom after an entropy surge)
+  when it is not well formed or more than ``GARBLED_REPEAT`` of its character 4-grams
+  repeat (:func:`repeat_4gram_frac`); the trainer, the evaluator and the token viewer
+  share this one definition.
 - :func:`is_correct` is the tiny tasks' checker. Gold answers are integers; a
   response is correct when its answer is an integer literal (optional sign,
   digits, surrounding spaces) of the same value. It agrees with math-verify on
@@ -74,6 +78,22 @@ def is_well_formed(response: str) -> bool:
         return False
     box_end = response.rfind(_BOXED_OPEN) + len(_BOXED_OPEN) + len(content) + 1
     return not response[box_end:].strip()
+
+
+#: A response whose character 4-grams repeat more than this share is garbled (a normal
+#: tiny solution repeats 0-5%: `fp8rl/repeat_4gram_frac` of BF16 rollouts).
+GARBLED_REPEAT = 0.5
+
+
+def repeat_4gram_frac(text: str) -> float:
+    """Share of repeated character 4-grams (1 - distinct/total); 0 for short texts."""
+    grams = [text[i : i + 4] for i in range(len(text) - 3)]
+    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
+
+
+def is_garbled(text: str) -> bool:
+    """Not well-formed, or more than ``GARBLED_REPEAT`` of its 4-grams repeated."""
+    return not is_well_formed(text) or repeat_4gram_frac(text) > GARBLED_REPEAT
 
 
 def is_integer_answer(text: str) -> bool:

@@ -1,20 +1,25 @@
 """Per-step metrics that every backend computes the same way: the log-ratio breakdown by
 advantage sign x token probability x position, pooling of mini-batch metrics, and
-token-level records of responses (the ``samples/`` dumps).
+token-level records of responses (the ``samples/`` dumps: which rows, :func:`dump_rows`;
+what per token, :func:`token_records`).
 
 Tensors in, plain floats and dicts out; no models, no tokenizers (the caller decodes).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 __all__ = [
+    "DUMP_FORMAT",
     "POSITION_BUCKETS",
     "PROB_BUCKETS",
+    "dump_rows",
     "logratio_breakdown",
     "pool_minibatch_metrics",
     "token_records",
@@ -79,6 +84,48 @@ def pool_minibatch_metrics(per_minibatch: list[dict[str, float]]) -> dict[str, f
     return out
 
 
+#: The ``format`` of a ``samples/step_<n>.json`` dump; files without the key are format 1
+#: (the first rows of the batch; no raw importance ratio, bounds or clip side).
+DUMP_FORMAT = 2
+
+
+def dump_rows(
+    prompt_ids: Sequence[str],
+    advantages: Sequence[float],
+    off_policy: Sequence[bool],
+    k: int,
+) -> list[int]:
+    """The ``k`` rows of a step's batch a sample dump holds, in row order.
+
+    Only off-policy rows (``off_policy[i]``: visited by PPO after an update, i.e. every
+    mini-batch after the first; every row in bypass mode or with more than one epoch),
+    unless there are none: on the first mini-batch ``r = 1`` exactly and nothing can be
+    clipped. Prompts are taken in the order of the sha256 of their id, the same order in
+    every run, so two runs at the same step and seed dump the same prompts whenever both
+    hold them off-policy (the token viewer pairs them). From each prompt first its lowest-
+    and highest-advantage response (the pair GRPO pushes apart), then the others; all
+    prompts' pairs come before any prompt's third response.
+    """
+    rows = [i for i, off in enumerate(off_policy) if off] or list(range(len(prompt_ids)))
+    by_prompt: dict[str, list[int]] = {}
+    for i in rows:
+        by_prompt.setdefault(prompt_ids[i], []).append(i)
+    order = sorted(by_prompt, key=lambda p: hashlib.sha256(p.encode()).hexdigest())
+    ranked = []
+    for prompt_rank, prompt in enumerate(order):
+        ascending = sorted(by_prompt[prompt], key=lambda i: (advantages[i], i))
+        # lowest, highest, second lowest, second highest, ...
+        ends = [ascending.pop(0 if n % 2 == 0 else -1) for n in range(len(ascending))]
+        for n, i in enumerate(ends):
+            ranked.append((n // 2, prompt_rank, n, i))
+    return sorted(i for *_, i in sorted(ranked)[: max(k, 0)])
+
+
+def _f32(x: float | torch.Tensor) -> float:
+    """``x`` to 9 significant digits: every float32 value survives, the JSON is shorter."""
+    return float(f"{float(x):.9g}")
+
+
 def token_records(
     token_texts: list[list[str]],
     rollout_log_prob: torch.Tensor,
@@ -88,26 +135,36 @@ def token_records(
     advantages: torch.Tensor,
     clip_low: float,
     clip_high: float,
+    trainer_log_prob: torch.Tensor | None = None,
 ) -> list[list[dict[str, Any]]]:
     """Each response token by token (``token_texts[i]`` holds response i's decoded tokens):
-    rollout and trainer (old) log-probs, the ratio at the row's last PPO visit, entropy,
-    advantage, and whether PPO clipped its gradient (``A < 0`` and ``r < L``, or ``A > 0``
-    and ``r > H``)."""
+    rollout and old log-probs (what the loss used as pi_old), the ratio ``r`` at the row's
+    last PPO visit, entropy, advantage, and whether PPO zeroed its gradient at the lower
+    bound (``clipped_low``: ``A < 0`` and ``r < L``) or the upper (``clipped_high``:
+    ``A > 0`` and ``r > H``); ``clipped`` is either. With ``trainer_log_prob`` (the
+    trainer's pi_old) also ``is_ratio = pi_old / pi_rollout``, the importance ratio before
+    TIS truncates it to ``min(is_ratio, C)``. Numbers carry 9 significant digits (a float32
+    tensor's precision; the clip flags are decided before rounding)."""
     out = []
     for i, texts in enumerate(token_texts):
         per_token = []
         for t, text in enumerate(texts):
             ratio, adv = math.exp(float(log_ratio[i, t])), float(advantages[i, t])
-            per_token.append(
-                {
-                    "token": text,
-                    "rollout_log_prob": float(rollout_log_prob[i, t]),
-                    "old_log_prob": float(old_log_prob[i, t]),
-                    "ratio": ratio,
-                    "entropy": float(entropy[i, t]),
-                    "advantage": adv,
-                    "clipped": (adv < 0 and ratio < clip_low) or (adv > 0 and ratio > clip_high),
-                }
-            )
+            low, high = adv < 0 and ratio < clip_low, adv > 0 and ratio > clip_high
+            record = {
+                "token": text,
+                "rollout_log_prob": _f32(rollout_log_prob[i, t]),
+                "old_log_prob": _f32(old_log_prob[i, t]),
+                "ratio": _f32(ratio),
+                "entropy": _f32(entropy[i, t]),
+                "advantage": _f32(adv),
+                "clipped": low or high,
+                "clipped_low": low,
+                "clipped_high": high,
+            }
+            if trainer_log_prob is not None:
+                gap = float(trainer_log_prob[i, t]) - float(rollout_log_prob[i, t])
+                record["is_ratio"] = _f32(math.exp(gap))
+            per_token.append(record)
         out.append(per_token)
     return out

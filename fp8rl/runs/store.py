@@ -8,7 +8,7 @@ Layout (``DESIGN.md``, "The run store")::
         provenance.json    code, packages, hardware, seeds, results version; earlier attempts
         metrics.jsonl      {"step": n, "data": {...}} per training step (verl's shape)
         eval.jsonl         same shape, one line per evaluation
-        samples/           token-level dumps (name files by step; write them atomically)
+        samples/           token-level dumps step_<8 digits>.json, written atomically
         checkpoints/       step_<n>.pt, newest N kept
         .lock              advisory lock held by the process running the run
 
@@ -17,8 +17,8 @@ Layout (``DESIGN.md``, "The run store")::
 - ``start``: new run (or an interrupted one with no checkpoint, restarted from
   scratch with its logs cleared). The caller holds the lock and trains from step 0.
 - ``resume``: an interrupted run (crashed ``running``, ``pending``, or ``failed``
-  with ``rerun_failed``) with a checkpoint; logs are cut after the checkpoint's
-  step. The caller loads ``run.load_checkpoint()`` and continues at ``step + 1``.
+  with ``rerun_failed``) with a checkpoint; logs and sample dumps are cut after the
+  checkpoint's step. The caller loads ``run.load_checkpoint()`` and continues at ``step + 1``.
 - ``skip``: already ``done`` under the current results version. Nothing to do.
 - ``stale``: no run under the current results version, but a ``done`` run of the
   same config under another one exists (``run.path`` points at it). Not re-run
@@ -168,6 +168,26 @@ def _read_config(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     if not isinstance(config, dict):
         return None, None
     return config, config_sha256(config)
+
+
+_SAMPLE_FILE = re.compile(r"^step_(\d+)\.json$")
+
+
+def cut_samples_after(samples: Path, step: int | None) -> list[Path]:
+    """Remove the sample dumps ``step_<n>.json`` with ``n > step`` (all when ``step`` is
+    None), so ``samples/`` holds only steps the cut metrics still have; a resumed run
+    dumps the steps it re-does again. Other files are left alone. Returns those removed."""
+    if not samples.is_dir():
+        return []
+    removed = []
+    for path in sorted(samples.iterdir()):
+        match = _SAMPLE_FILE.match(path.name)
+        if match and (step is None or int(match.group(1)) > step):
+            path.unlink()
+            removed.append(path)
+    if removed:
+        logger.info("%s: removed %d sample dump(s) after step %s", samples, len(removed), step)
+    return removed
 
 
 def has_run_files(path: Path) -> bool:
@@ -830,6 +850,7 @@ class RunStore:
         step = None if checkpoint is None else checkpoint_step(checkpoint)
         for name in (METRICS_FILE, EVAL_FILE):
             truncate_after_step(path / name, step)
+        cut_samples_after(path / SAMPLES_DIR, step)
         logged = last_step_in(path / METRICS_FILE)
         if step is not None and (logged is None or logged < step):
             logger.warning(

@@ -37,7 +37,14 @@ import torch
 from torch import nn
 
 from fp8rl.config import stratified_counts
-from fp8rl.rewards import format_prompt, is_correct, is_well_formed
+from fp8rl.rewards import (  # the garbled rule lives with the reward's definitions
+    GARBLED_REPEAT,
+    format_prompt,
+    is_correct,
+    is_garbled,
+    is_well_formed,
+    repeat_4gram_frac,
+)
 from fp8rl.tiny.progress import progress_bar
 from fp8rl.tiny.sampler import Sampler
 from fp8rl.tiny.tasks import (
@@ -50,30 +57,16 @@ from fp8rl.tiny.tasks import (
 from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID
 
 __all__ = [
+    "GARBLED_REPEAT",
     "EvalConfig",
     "EvalResult",
     "evaluate",
     "evaluate_problems",
     "is_garbled",
     "item_counts",
+    "repeat_4gram_frac",
     "select_items",
 ]
-
-
-#: A response whose character 4-grams repeat more than this share is garbled (a normal
-#: tiny solution repeats 0-5%: `fp8rl/repeat_4gram_frac` of BF16 rollouts).
-GARBLED_REPEAT = 0.5
-
-
-def repeat_4gram_frac(text: str) -> float:
-    """Share of repeated character 4-grams (1 - distinct/total); 0 for short texts."""
-    grams = [text[i : i + 4] for i in range(len(text) - 3)]
-    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
-
-
-def is_garbled(text: str) -> bool:
-    """Not well-formed, or more than ``GARBLED_REPEAT`` of its 4-grams repeated."""
-    return not is_well_formed(text) or repeat_4gram_frac(text) > GARBLED_REPEAT
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import logging
 import random
 from collections.abc import Callable
@@ -76,7 +77,13 @@ from fp8rl.rl import (
     masked_mean,
     shadow_clip_comparison,
 )
-from fp8rl.rl.step_metrics import logratio_breakdown, pool_minibatch_metrics, token_records
+from fp8rl.rl.step_metrics import (
+    DUMP_FORMAT,
+    dump_rows,
+    logratio_breakdown,
+    pool_minibatch_metrics,
+    token_records,
+)
 from fp8rl.runs import (
     RngStreams,
     Run,
@@ -84,7 +91,7 @@ from fp8rl.runs import (
     RunStore,
     RunSummary,
     TrainState,
-    atomic_write_json,
+    atomic_write_text,
 )
 from fp8rl.tiny.batch import (
     Response,
@@ -320,6 +327,7 @@ class UpdateResult:
     minibatch_metrics: list[dict[str, float]]
     last_log_ratio: torch.Tensor  # log r of each row at its last visit
     last_mask: torch.Tensor  # rows visited after an update (with trainer old log-probs)
+    minibatch: torch.Tensor  # each row's mini-batch
 
 
 def update(
@@ -348,6 +356,9 @@ def update(
     agg = cfg.algorithm.loss_agg_mode
     bypass = cfg.train.old_logprob_source == "rollout"  # every row's r carries the mismatch
     last_log_ratio, last_mask = torch.zeros_like(old_lp), torch.zeros_like(batch.mask)
+    minibatch = torch.zeros(len(batch), dtype=torch.long)
+    for j, idx in enumerate(minibatches):
+        minibatch[idx] = j
     metrics = []
     for epoch in range(cfg.train.ppo_epochs):
         for j, idx in enumerate(minibatches):
@@ -370,7 +381,7 @@ def update(
                 shadow.at_last_visit(idx, args, log_prob, loss_mask[idx])
             m["actor/grad_norm"] = _optimizer_step(tr, loss, step)
             metrics.append(m)
-    return UpdateResult(metrics, last_log_ratio, last_mask)
+    return UpdateResult(metrics, last_log_ratio, last_mask, minibatch)
 
 
 def _optimizer_step(tr: Trainer, loss: torch.Tensor, step: int) -> float:
@@ -526,33 +537,57 @@ def timing_metrics(timer: PhaseTimer, rec: StepRecord) -> dict[str, float]:
 
 
 def dump_samples(tr: Trainer, rec: StepRecord) -> None:
-    """The first ``train.dump_samples`` responses token by token, to
-    ``samples/step_<8 digits>.json``."""
-    batch = rec.rollout.batch
-    k = min(tr.cfg.train.dump_samples, len(batch))
+    """``train.dump_samples`` responses token by token, to ``samples/step_<8 digits>.json``
+    (compact JSON, written atomically; a resumed run writes the steps it re-does again).
+
+    Which rows: :func:`fp8rl.rl.step_metrics.dump_rows` (off-policy mini-batches, prompts
+    in a run-independent order, each prompt's worst and best response first). Per token:
+    :func:`fp8rl.rl.step_metrics.token_records`; per step the bounds in force, the loss,
+    where pi_old came from and the TIS threshold; per response its batch row, group and
+    mini-batch. Reads the step's tensors only: metrics and run ids do not depend on it.
+    """
+    cfg, batch, upd = tr.cfg, rec.rollout.batch, rec.update
+    rows = dump_rows(
+        [r.problem.id for r in batch.responses],
+        rec.adv[:, 0].tolist(),  # GRPO's advantage is one value per response
+        upd.last_mask.any(1).tolist(),
+        cfg.train.dump_samples,
+    )
+    idx = torch.tensor(rows, dtype=torch.long)
     texts = [
         [tr.tokenizer.decode([int(t)]) for t in batch.tokens[i, : int(batch.mask[i].sum())]]
-        for i in range(k)
+        for i in rows
     ]
-    tensors = (
-        batch.rollout_log_prob,
-        rec.old_lp,
-        rec.update.last_log_ratio,
-        rec.old.entropy,
-        rec.adv,
+    tensors = (batch.rollout_log_prob, rec.old_lp, upd.last_log_ratio, rec.old.entropy, rec.adv)
+    per_token = token_records(
+        texts, *(x[idx] for x in tensors), *rec.bounds, trainer_log_prob=rec.old.trainer[idx]
     )
-    per_token = token_records(texts, *(x[:k] for x in tensors), *rec.bounds)
     samples = []
-    for row, tokens in zip(batch.responses[:k], per_token, strict=True):
+    for i, tokens in zip(rows, per_token, strict=True):
+        row = batch.responses[i]
         p = row.problem
         samples.append(
             {"id": p.id, "question": p.question, "answer": p.answer, "response": row.text,
              "score": row.score, "correct": row.acc == 1.0, "finished": row.finished,
-             "tokens": tokens}
+             "row": i, "group": row.group, "minibatch": int(upd.minibatch[i]),
+             "off_policy": bool(upd.last_mask[i].any()), "tokens": tokens}
         )  # fmt: skip
+    correction = cfg.correction()
+    dump = {
+        "step": rec.step,
+        "format": DUMP_FORMAT,
+        "clip_low": rec.bounds[0],
+        "clip_high": rec.bounds[1],
+        "loss": cfg.clipping.loss,
+        "old_logprob_source": cfg.train.old_logprob_source,
+        "tis_threshold": correction.rollout_is_threshold if correction.rollout_is else None,
+        "batch_size": len(batch),
+        "mini_batches": len(upd.minibatch.unique()),
+        "samples": samples,
+    }
     tr.run.samples_dir.mkdir(parents=True, exist_ok=True)
     path = tr.run.samples_dir / f"step_{rec.step:08d}.json"
-    atomic_write_json(path, {"step": rec.step, "samples": samples})
+    atomic_write_text(path, json.dumps(dump, separators=(",", ":")) + "\n")
 
 
 def log_step(

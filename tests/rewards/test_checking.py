@@ -6,11 +6,14 @@ import pytest
 
 from fp8rl.rewards import (
     ANSWER_PATTERN,
+    GARBLED_REPEAT,
     extract_boxed,
     is_correct,
     is_correct_math_verify,
+    is_garbled,
     is_integer_answer,
     is_well_formed,
+    repeat_4gram_frac,
     reward,
 )
 
@@ -122,3 +125,15 @@ def test_math_verify_checker_works_outside_the_main_thread() -> None:
     worker.start()
     worker.join()
     assert results == [True]
+
+
+def test_repetition_and_garbled_share_one_definition_with_the_evaluator() -> None:
+    import fp8rl.tiny.evaluate as evaluate
+
+    assert repeat_4gram_frac("abc") == 0.0  # shorter than one 4-gram
+    assert repeat_4gram_frac("abcdabcd") == pytest.approx(1 - 4 / 5)
+    assert repeat_4gram_frac(SOLUTION) < 0.1 and not is_garbled(SOLUTION)
+    looping = "= 1 " * 10 + "\\boxed{1}"
+    assert repeat_4gram_frac(looping) > GARBLED_REPEAT and is_garbled(looping)
+    assert is_garbled("4*5=20")  # no boxed answer
+    assert evaluate.is_garbled is is_garbled and evaluate.repeat_4gram_frac is repeat_4gram_frac

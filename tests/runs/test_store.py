@@ -208,6 +208,27 @@ def test_resume_cuts_metrics_after_the_checkpoint(store: RunStore) -> None:
         resumed.mark("done")
 
 
+def test_resume_cuts_sample_dumps_after_the_checkpoint(store: RunStore) -> None:
+    with store.open_run("exp", CONFIG) as run:
+        for step in range(1, 6):
+            run.log_metrics(step, {"x": step})
+            (run.samples_dir / f"step_{step:08d}.json").write_text("{}")
+            if step == 3:
+                run.save_checkpoint(step, {"step": step})
+        (run.samples_dir / "notes.txt").write_text("not a dump")
+    with store.open_run("exp", CONFIG) as resumed:
+        assert resumed.resume_step == 3
+        names = sorted(p.name for p in resumed.samples_dir.iterdir())
+        assert names == ["notes.txt"] + [f"step_{s:08d}.json" for s in (1, 2, 3)]
+        resumed.mark("pending")
+    for path in resumed.checkpoints_dir.iterdir():  # nothing to resume from: every dump goes
+        path.unlink()
+    with store.open_run("exp", CONFIG) as again:
+        assert again.decision is Decision.START
+        assert [p.name for p in again.samples_dir.iterdir()] == ["notes.txt"]
+        again.mark("done")
+
+
 def test_an_interrupted_run_without_checkpoint_restarts_from_scratch(store: RunStore) -> None:
     with store.open_run("exp", CONFIG) as run:
         run.log_metrics(0, {"x": 1})

@@ -9,6 +9,7 @@ length-dependent score gives GRPO advantages of both signs, i.e. tokens to clip.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -588,3 +589,43 @@ def test_a_default_length_bf16_run_improves_held_out_accuracy(tmp_path) -> None:
     first, last = rows(summary.path, "eval.jsonl")[0], rows(summary.path, "eval.jsonl")[-1]
     assert summary.status == "done" and last["step"] == 60
     assert last["val-core/all/acc/mean@4"] > first["val-core/all/acc/mean@4"]
+
+
+def test_sample_dumps_are_side_files_from_the_off_policy_mini_batches(tmp_path, cache) -> None:
+    """A dump changes no metric; its rows come from mini-batch 1 (of 2), where r moved;
+    per token it has the raw importance ratio and which bound clipped; a resumed run
+    dumps the steps it re-does to the same bytes."""
+    fp8 = {"granularity.training": "blockwise", "train.checkpoint_every": 1}
+    dumping = {**fp8, "train.dump_samples_every": 1, "train.dump_samples": 4}
+    plain = run(tmp_path / "plain", cache, fp8)
+    whole = run(tmp_path / "whole", cache, dumping)
+    assert same_logs(whole.path, plain.path)  # every metric but the wall-clock timings
+    names = sorted(p.name for p in (whole.path / "samples").iterdir())
+    assert names == ["step_00000001.json", "step_00000002.json"]
+    for record, name in zip(rows(whole.path), names, strict=True):
+        dump = json.loads((whole.path / "samples" / name).read_text())
+        assert dump["format"] == 2 and dump["step"] == record["step"]
+        low, high = dump["clip_low"], dump["clip_high"]
+        assert (low, high) == (record["fp8rl/clip_low"], record["fp8rl/clip_high"])
+        assert dump["loss"] == "calibrated_clip" and dump["tis_threshold"] == 2.0
+        samples = dump["samples"]
+        assert len(samples) == 4 and all(s["off_policy"] and s["minibatch"] == 1 for s in samples)
+        assert len({s["id"] for s in samples}) == 2  # two prompts, each's worst and best
+        tokens = [t for s in samples for t in s["tokens"]]
+        assert len(tokens) == sum(len(s["tokens"]) for s in samples) > 0
+        assert any(t["ratio"] != 1.0 for t in tokens)  # off-policy: the update moved r
+        for t in tokens:
+            assert t["is_ratio"] == pytest.approx(
+                math.exp(t["old_log_prob"] - t["rollout_log_prob"]), rel=1e-5
+            )
+            assert t["clipped_low"] == (t["advantage"] < 0 and t["ratio"] < low)
+            assert t["clipped_high"] == (t["advantage"] > 0 and t["ratio"] > high)
+            assert t["clipped"] == (t["clipped_low"] or t["clipped_high"])
+    store = RunStore(tmp_path / "split")
+    cfg = quick(**dumping)
+    assert train(cfg, store, "test", cache_dir=cache, max_steps_this_call=1).last_step == 1
+    resumed = train(cfg, store, "test", cache_dir=cache)
+    assert resumed.decision == "resume" and resumed.run_id == whole.run_id
+    for name in names:
+        path = Path("samples") / name
+        assert (resumed.path / path).read_bytes() == (whole.path / path).read_bytes()

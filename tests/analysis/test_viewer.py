@@ -1,0 +1,256 @@
+"""The token viewer (fp8rl.analysis.viewer): what it computes from sample dumps, old and
+new, and the pages in a real headless browser (Debian's chromium, driven by selenium).
+
+The browser tests run the test preset with ``sweep.py`` (blockwise FP8, standard and
+Calibrated Clipping, samples dumped every step: seconds) and open its pages from files.
+Without the browser they skip and say how to install it; with ``CI=true`` they fail.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+from synthetic_store import add_run
+
+from fp8rl.analysis.load import runs_frame
+from fp8rl.analysis.viewer import (
+    SUMMARY_COLUMNS,
+    compare_page,
+    comparison_runs,
+    read_dumps,
+    run_page,
+    run_view,
+    write_viewers,
+)
+from fp8rl.runs import RunStore
+
+from room_rules import REPO
+
+_spec = importlib.util.spec_from_file_location(
+    "token_viewer_screenshot", REPO / "scripts" / "token_viewer_screenshot.py"
+)
+shots = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(shots)
+
+# --------------------------------------------------------------------------------------
+# What the pages hold (no browser)
+
+
+def _token(text, adv, ratio, rollout, old, **more):
+    return {"token": text, "rollout_log_prob": rollout, "old_log_prob": old, "ratio": ratio,
+            "entropy": 0.5, "advantage": adv, **more}  # fmt: skip
+
+
+def _format1_dump(step: int) -> dict:
+    """A dump as the trainer wrote it before format 2: one ``clipped`` flag, no bounds."""
+    tokens = [
+        _token("4", -1.0, 0.5, -1.0, -0.5, clipped=True),
+        _token("=", -1.0, 1.0, -2.0, -2.0, clipped=False),
+    ]
+    sample = {"id": "p0", "question": "2+2?", "answer": "4", "response": "4=",
+              "score": 0.0, "correct": False, "finished": True, "tokens": tokens}  # fmt: skip
+    return {"step": step, "samples": [sample]}
+
+
+def _add_dumped_run(store, arm, seed, dumps, **extra) -> str:
+    curve = lambda step: {"fp8rl/clip_low": 0.9, "fp8rl/clip_high": 1.1}  # noqa: E731
+    run_id = add_run(store, "t", arm, seed, scores={"a": 0.5}, curve=curve, **extra)
+    for dump in dumps:
+        path = store.run_dir("t", run_id) / "samples" / f"step_{dump['step']:08d}.json"
+        path.write_text(json.dumps(dump, indent=2))
+    return run_id
+
+
+def test_a_format_1_dump_reads_with_what_can_be_recovered_and_the_rest_na(tmp_path):
+    store = RunStore(tmp_path / "runs")
+    run_id = _add_dumped_run(store, "Blockwise FP8", 0, [_format1_dump(2)])
+    info = store.run_info("t", run_id)
+    (dump,) = read_dumps(info.path)
+    assert dump.format == 1 and dump.clip_low is None
+    view = run_view(info.path, info.config, run_id, "t")
+    assert view["steps"]["2"]["clip_low"] == 0.9  # from metrics.jsonl
+    (resp,) = view["responses"]
+    assert resp["clip"] == [1, 0]  # the flag and A < 0: the lower bound
+    assert resp["lr"][0] == pytest.approx(math.log(0.5), rel=1e-3) and resp["lr"][1] == 0
+    assert resp["tr"][0] == pytest.approx(0.5)  # old - rollout: pi_old was the trainer's
+    assert resp["w"] == [None, None]  # no TIS threshold in a format-1 dump
+    summary = resp["summary"]
+    assert (summary["boxed"], summary["garbled"], summary["clip_low"]) == (False, True, 1)
+    assert summary["clipped"] == 0.5 and summary["row"] is None  # not in format 1: n/a
+    bypass = {**info.config, "train": {"old_logprob_source": "rollout"}}
+    assert run_view(info.path, bypass, run_id, "t")["responses"][0]["tr"] == [None, None]
+
+
+def test_a_format_2_dump_gives_the_raw_ratio_bounds_and_clip_side(tmp_path):
+    store = RunStore(tmp_path / "runs")
+    tokens = [
+        _token("7", 1.0, 1.5, -1.0, -1.0, clipped=True, clipped_low=False, clipped_high=True,
+               is_ratio=3.0),
+        _token("\\boxed{7}", 1.0, 1.0, -1.0, -1.0, clipped=False, clipped_low=False,
+               clipped_high=False, is_ratio=0.5),
+    ]  # fmt: skip
+    sample = {"id": "p", "question": "q", "answer": "7", "response": "7 \\boxed{7}",
+              "score": 1.0, "correct": True, "finished": True, "row": 9, "group": "0",
+              "minibatch": 1, "off_policy": True, "tokens": tokens}  # fmt: skip
+    dump = {"step": 1, "format": 2, "clip_low": 0.8, "clip_high": 1.2, "loss": "vanilla",
+            "tis_threshold": 2.0, "samples": [sample]}  # fmt: skip
+    run_id = _add_dumped_run(store, "Blockwise FP8", 0, [dump])
+    info = store.run_info("t", run_id)
+    view = run_view(info.path, info.config, run_id, "t")
+    step = {"format": 2, "clip_low": 0.8, "clip_high": 1.2, "loss": "vanilla"}
+    assert view["steps"]["1"] == {**step, "tis_threshold": 2.0, "responses": 1}
+    (resp,) = view["responses"]
+    assert resp["clip"] == [2, 0] and resp["is"] == [3.0, 0.5] and resp["w"] == [2.0, 0.5]
+    assert resp["tr"] == [pytest.approx(math.log(r), rel=1e-3) for r in (3.0, 0.5)]
+    summary = resp["summary"]
+    assert summary["boxed"] and not summary["garbled"] and summary["row"] == 9
+    assert {key for key, *_ in SUMMARY_COLUMNS} <= set(summary)
+
+
+def test_pages_are_self_contained_and_no_text_can_end_their_script(tmp_path):
+    store = RunStore(tmp_path / "runs")
+    dump = _format1_dump(1)
+    dump["samples"][0]["response"] = "</script><script>alert(1)</script>"
+    run_id = _add_dumped_run(store, "Blockwise FP8", 0, [dump])
+    html = run_page(store, "t", run_id)
+    assert html.count("</script>") == 2  # the data's and the viewer's own
+    assert "http://" not in html and "https://" not in html and " src=" not in html
+    assert "@import" not in html and "url(" not in html
+
+
+def test_comparisons_pair_plain_fp8_with_cc_of_one_granularity_and_seed(tmp_path):
+    store = RunStore(tmp_path / "runs")
+    ids = {
+        (arm, seed): _add_dumped_run(store, arm, seed, [_format1_dump(1)], **{"clipping.period": 5})
+        for arm in ("Rowwise FP8", "Rowwise FP8 + CC", "Blockwise FP8", "BF16")
+        for seed in (0, 1)
+    }
+    no_dumps = _add_dumped_run(store, "Blockwise FP8 + CC", 1, [], **{"clipping.period": 5})
+    runs = runs_frame(store, "t")
+    pairs = comparison_runs(runs)
+    expected = [("rowwise", 0), ("rowwise", 1), ("blockwise", 1)]
+    assert [(p.granularity, p.seed) for p in pairs] == expected and pairs[2].right == no_dumps
+    assert (pairs[0].left, pairs[0].right) == (ids["Rowwise FP8", 0], ids["Rowwise FP8 + CC", 0])
+    pages = write_viewers(store, "t", runs, tmp_path / "viewer")
+    names = sorted(p.path.name for p in pages)
+    assert names == sorted([f"{i}.html" for i in ids.values()] + [
+        "compare_rowwise_seed0.html", "compare_rowwise_seed1.html"])  # fmt: skip
+    (tmp_path / "viewer" / "old.html").write_text("from an earlier build")
+    write_viewers(store, "t", runs, tmp_path / "viewer")
+    assert not (tmp_path / "viewer" / "old.html").exists()
+    html = compare_page(store, "t", pairs[0].left, pairs[0].right)
+    data = json.loads(html.split('type="application/json">')[1].split("</script>")[0])
+    assert data["pairs"][0]["left"] == [0] and data["pairs"][0]["right"] == [0]
+
+
+# --------------------------------------------------------------------------------------
+# The pages in a real browser
+
+
+@pytest.fixture(scope="module")
+def driver():
+    if shots.chromium_paths() is None:
+        message = (
+            "the token viewer's browser tests need Debian's chromium and chromium-driver: "
+            f"{shots.HOW_TO_INSTALL} (.ci/run installs them)"
+        )
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and {message}")
+        pytest.skip(message)
+    browser = shots.start_chromium()
+    yield browser
+    browser.quit()
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory, cache, driver):
+    """The test preset's two runs (sweep.py, as a user runs it) and their viewer pages."""
+    root = tmp_path_factory.mktemp("viewer")
+    shots.make_test_runs(root / "runs", cache)
+    runs = runs_frame(root / "runs", "test")
+    links = write_viewers(root / "runs", "test", runs, root / "viewer")
+    dumps = {r: read_dumps(root / "runs" / "test" / r) for r in runs["run_id"]}
+    plain = runs.loc[runs["arm"] == "Blockwise FP8", "run_id"].item()
+    return {"links": links, "dumps": dumps, "plain": plain, "root": root}
+
+
+def _open(driver, path: Path, view: str = "") -> None:
+    driver.get(path.resolve().as_uri() + view)
+    driver.find_element(By.ID, "summary")  # the script ran
+
+
+def _shown(driver, css: str) -> list:
+    return [e for e in driver.find_elements(By.CSS_SELECTOR, css) if e.is_displayed()]
+
+
+def _page(pages, stem: str) -> Path:
+    return next(link.path for link in pages["links"] if link.path.stem == stem)
+
+
+def test_a_run_page_loads_cleanly_with_every_response_and_token(driver, pages):
+    for run_id, dumps in pages["dumps"].items():
+        _open(driver, _page(pages, run_id))
+        assert driver.get_log("browser") == []  # no console error, warning or message
+        samples = [s for d in dumps for s in d.samples]
+        assert len(driver.find_elements(By.CSS_SELECTOR, ".response")) == len(samples) == 16
+        tokens = sum(len(s["tokens"]) for s in samples)
+        assert len(driver.find_elements(By.CSS_SELECTOR, ".response .tok")) == tokens
+        assert len(_shown(driver, "#summary tbody tr")) == len(samples)
+        assert driver.find_elements(By.CSS_SELECTOR, ".tok.low")  # clipping is visible
+
+
+def test_filters_sort_and_hover_change_what_is_shown(driver, pages):
+    _open(driver, _page(pages, pages["plain"]))
+    samples = [s for d in pages["dumps"][pages["plain"]] for s in d.samples]
+    negative = sum(s["tokens"][0]["advantage"] < 0 for s in samples)
+    Select(driver.find_element(By.ID, "adv")).select_by_value("neg")
+    assert 0 < len(_shown(driver, ".response")) == negative < len(samples)
+    assert driver.find_element(By.ID, "count").text == f"{negative} of 16 responses shown"
+    Select(driver.find_element(By.ID, "step")).select_by_value("2")
+    step_2 = pages["dumps"][pages["plain"]][1].samples
+    assert len(_shown(driver, ".response")) == sum(s["tokens"][0]["advantage"] < 0 for s in step_2)
+    Select(driver.find_element(By.ID, "step")).select_by_value("all")
+    driver.find_element(By.CSS_SELECTOR, 'th[data-key="clip_low"]').click()
+    keys = [
+        h.get_attribute("data-key") for h in driver.find_elements(By.CSS_SELECTOR, "#summary th")
+    ]
+    rows = _shown(driver, "#summary tbody tr")
+    cells = [int(r.find_elements(By.TAG_NAME, "td")[keys.index("clip_low")].text) for r in rows]
+    assert cells == sorted(cells, reverse=True)
+    Select(driver.find_element(By.ID, "colour")).select_by_value("ent")
+    token = _shown(driver, ".response .tok")[0]
+    ActionChains(driver).move_to_element(token).perform()
+    inspector = driver.find_element(By.ID, "inspect").text
+    assert "entropy" in inspector and "raw IS ratio" in inspector and "bounds [L, H]" in inspector
+    assert driver.get_log("browser") == []
+
+
+def test_the_comparison_pairs_the_same_prompt_at_the_same_step(driver, pages):
+    _open(driver, _page(pages, "compare_blockwise_seed0"))
+    assert driver.get_log("browser") == []
+    pairs = driver.find_elements(By.CSS_SELECTOR, ".pair")
+    assert pairs and len(_shown(driver, "#summary tbody tr")) == len(pairs)
+    for pair in pairs:
+        key = (pair.get_attribute("data-step"), pair.get_attribute("data-prompt"))
+        for side in ("left", "right"):
+            cards = pair.find_elements(By.CSS_SELECTOR, f".side.{side} .response")
+            keys = {(c.get_attribute("data-step"), c.get_attribute("data-prompt")) for c in cards}
+            assert keys == {key}
+    Select(driver.find_element(By.ID, "step")).select_by_value("1")
+    assert all(p.get_attribute("data-step") == "1" for p in _shown(driver, ".pair"))
+
+
+def test_a_screenshot_is_written(driver, pages, tmp_path):
+    png = tmp_path / "viewer.png"
+    shots.photograph(driver, _page(pages, pages["plain"]), png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    assert driver.find_element(By.ID, "adv").get_attribute("value") == "neg"  # the docs' view
+    assert "lower bound" in driver.find_element(By.ID, "inspect").text  # a clipped token
