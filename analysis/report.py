@@ -21,10 +21,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from analysis.reproduce_table2 import report_texts  # noqa: E402
 from analysis.study_protocol import protocol_commit  # noqa: E402
 from fp8rl.analysis.export import export_experiment  # noqa: E402
 from fp8rl.analysis.report import readme_section, update_readme, write_report  # noqa: E402
-from fp8rl.analysis.reproduce import SIZES, STUDY_PROTOCOL  # noqa: E402
+from fp8rl.analysis.reproduce import SIZES, STUDY_PROTOCOL, plan_table2  # noqa: E402
 from fp8rl.analysis.study_report import StudySpec  # noqa: E402
 
 
@@ -50,8 +51,15 @@ def main() -> int:
     study = None
     if args.study or args.experiment == SIZES["full"]:
         study = StudySpec(protocol_commit(STUDY_PROTOCOL))
+    texts = {}
+    sizes = {experiment: size for size, experiment in SIZES.items()}
+    if args.experiment in sizes:  # the same README as make reproduce-table2 writes
+        size = sizes[args.experiment]
+        texts = report_texts(size, plan_table2(size).commands)
     try:
-        report = write_report(args.source, args.experiment, out, paper=args.paper, study=study)
+        report = write_report(
+            args.source, args.experiment, out, paper=args.paper, study=study, **texts
+        )
     except FileNotFoundError as exc:
         print(f"report: {exc}", file=sys.stderr)
         return 1

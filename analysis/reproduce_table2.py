@@ -44,6 +44,15 @@ SCALE_NOTES = {
 }
 
 
+def report_texts(size: str, commands: list[str]) -> dict[str, object]:
+    """The report's title, commands and scale note for a size (also `make report`'s, so both
+    write the same README for the same results)."""
+    title = f"Table 2 at tiny scale ({size})"
+    if size == "full":
+        title = "Table 2 at tiny scale: the pre-registered study (full)"
+    return {"title": title, "commands": commands, "scale_note": SCALE_NOTES[size]}
+
+
 def run_grids(sweep: list[str], grids: list[list[str]], jobs: int) -> bool:
     """Run each grid's sweep.py, ``jobs`` at a time (the run store keeps concurrent
     invocations apart: each run has its own lock); True if any failed. sweep.py prints
@@ -110,16 +119,11 @@ def main() -> int:
         print(f"reproduce-table2: no results in {source / plan.experiment}", file=sys.stderr)
         return 1
     study = StudySpec(protocol_commit(STUDY_PROTOCOL)) if args.size == "full" else None
-    title = f"Table 2 at tiny scale ({args.size})"
-    if study is not None:
-        title = "Table 2 at tiny scale: the pre-registered study (full)"
     report = write_report(
         source,
         plan.experiment,
         plan.report_dir,
-        title=title,
-        commands=plan.commands,
-        scale_note=SCALE_NOTES[args.size],
+        **report_texts(args.size, plan.commands),
         study=study,
     )
     print("\n" + report.summary_text())
