@@ -53,7 +53,7 @@ def test_bad_commands_fail_in_one_line_before_anything_is_written(
 
 def test_a_preset_grid_is_checked_point_by_point(tmp_path: Path) -> None:
     """+experiment=table2 sets hydra.mode=MULTIRUN: a grid without -m."""
-    with pytest.raises(ConfigError, match=r"^24 of 24 grid points cannot run.*\[all points\]$"):
+    with pytest.raises(ConfigError, match=r"^32 of 32 grid points cannot run.*\[all points\]$"):
         preflight(["+experiment=table2", f"runs_dir={tmp_path / 'runs'}", "steps=-1"])
 
 
