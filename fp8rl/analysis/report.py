@@ -213,6 +213,8 @@ def _summary(
     lines = [f"# {heading}", "", origin, ""]
     if study is not None:
         lines += [f"**Protocol.** {study.protocol.text}.", ""]
+        if study.interim_note():
+            lines += [study.interim_note(), ""]
     if scale_note:
         lines += [scale_note, ""]
     if commands:

@@ -72,6 +72,7 @@ class StudySpec:
     protocol_path: str = STUDY_PROTOCOL
     control: str = STUDY_CONTROL_GRANULARITY
     level: float = 0.95
+    seeds: int = 4  # the protocol's seeds per arm: with fewer, the verdicts are interim
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,19 @@ class Study:
     protocol: ProtocolCheck
     items: str
     spec: StudySpec
+
+    def interim_note(self) -> str:
+        """A warning when some arm has fewer finished seeds than the protocol's (else "")."""
+        per_arm = self.endpoints.groupby("arm")["seed"].nunique() if len(self.endpoints) else []
+        most = int(max(per_arm, default=0))
+        if most >= self.spec.seeds:
+            return ""
+        return (
+            f"**Interim: at most {most} of the protocol's {self.spec.seeds} seeds per arm.** "
+            "The protocol's verdicts are those at its full seed count; with fewer, each "
+            "t-interval has fewer degrees of freedom and a verdict can rest on a coincidence "
+            "(two near-equal values give a near-zero-width interval)."
+        )
 
     def summary_text(self) -> str:
         """What the driver prints for the study: the protocol check, table and verdicts."""

@@ -228,6 +228,18 @@ def test_study_report_has_every_part(study, tmp_path):
     assert "the protocol precedes every run" in report.summary_text()
 
 
+def test_a_study_with_fewer_seeds_than_the_protocol_says_its_verdicts_are_interim(study, tmp_path):
+    store = study[0]
+    protocol = ("d" * 40, "2000-01-01T00:00:00+00:00")
+    for seeds, interim in ((99, True), (1, False)):
+        spec = StudySpec(protocol=protocol, seeds=seeds)
+        report = write_report(store, "s", tmp_path / f"out{seeds}", study=spec)
+        head = (report.directory / "README.md").read_text().split("## Table 2")[0]
+        assert ("**Interim: at most" in head) is interim
+        if interim:
+            assert "of the protocol's 99 seeds per arm" in head
+
+
 def test_lower_only_and_cispo_have_their_own_labels_and_grids():
     for arm in ARM_CONFIGS:
         assert arm_of(config(arm, 0)) == arm
