@@ -60,6 +60,7 @@ from fp8rl.analysis.tables import (
     final_scores,
     format_delta,
     format_points,
+    latex_table,
     markdown_table,
 )
 from fp8rl.analysis.verdicts import Verdict, decide
@@ -306,11 +307,7 @@ class StudyTable:
         return markdown_table(self.frame(digits))
 
     def to_latex(self, digits: int = 1) -> str:
-        frame = self.frame(digits).drop(columns=["note"])
-        style = frame.style.hide(axis="index").format(escape="latex")
-        style = style.format_index(escape="latex", axis=1)
-        body = style.to_latex(hrules=True, column_format="l" + "r" * (len(frame.columns) - 1))
-        return body.replace("±", r"$\pm$").replace("Δ", r"$\Delta$").replace("−", "-")
+        return latex_table(self.frame(digits).drop(columns=["note"]))
 
     def to_csv(self) -> str:
         """Long form, every number unrounded (shares, not points)."""

@@ -32,6 +32,7 @@ __all__ = [
     "final_scores",
     "format_delta",
     "format_points",
+    "latex_table",
     "markdown_table",
     "paper_block",
     "table2",
@@ -141,11 +142,7 @@ class Table2:
         return markdown_table(self.frame(digits))
 
     def to_latex(self, digits: int = 1) -> str:
-        frame = self.frame(digits).drop(columns=["note"])
-        style = frame.style.hide(axis="index").format(escape="latex")
-        style = style.format_index(escape="latex", axis=1)
-        body = style.to_latex(hrules=True, column_format="l" + "r" * (len(frame.columns) - 1))
-        return body.replace("±", r"$\pm$").replace("Δ", r"$\Delta$").replace("−", "-")
+        return latex_table(self.frame(digits).drop(columns=["note"]))
 
     def to_csv(self) -> str:
         """Long form, every number unrounded: arm, column, mean, low, high, n, delta..."""
@@ -187,6 +184,15 @@ def format_delta(d: Estimate, digits: int) -> str:
     if d.n >= 2:
         text += f" [{100 * d.low:+.{digits}f}, {100 * d.high:+.{digits}f}]"
     return text
+
+
+def latex_table(frame: pd.DataFrame) -> str:
+    """``frame`` as a booktabs LaTeX table: first column left, the rest right, LaTeX's
+    escapes, and the table's ``±``, ``Δ`` and minus signs in math mode or ASCII."""
+    style = frame.style.hide(axis="index").format(escape="latex")
+    style = style.format_index(escape="latex", axis=1)
+    body = style.to_latex(hrules=True, column_format="l" + "r" * (len(frame.columns) - 1))
+    return body.replace("±", r"$\pm$").replace("Δ", r"$\Delta$").replace("−", "-")
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
