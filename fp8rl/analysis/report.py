@@ -193,6 +193,42 @@ def viewer_lines(viewers: Sequence[ViewerLink], out: Path) -> list[str]:
     return [*lines, ""]
 
 
+def _front_matter(
+    heading: str,
+    origin: str,
+    runs: pd.DataFrame,
+    table: Table2,
+    commands: Sequence[str],
+    scale_note: str,
+    study: Study | None,
+) -> list[str]:
+    """The README's lines before the table: title, origin, the study's protocol check (and
+    whether its verdicts are interim), scale note, commands, setup, compute, items."""
+    n_ok = int(runs["usable"].sum())
+    lines = [f"# {heading}", "", origin, ""]
+    if study is not None:
+        lines += [f"**Protocol.** {study.protocol.text}.", ""]
+        interim = study.interim_note()
+        if interim:
+            lines += [interim, ""]
+    if scale_note:
+        lines += [scale_note, ""]
+    if commands:
+        lines += ["Reproduce:", "", "```", *commands, "```", ""]
+    lines += [
+        f"**Setup.** {_setup_line(runs)}. {n_ok} of {len(runs)} runs finished and current.",
+        "",
+        f"**Compute.** {compute_line(runs)}.",
+        "",
+        f"**Held-out items.** {table.items or 'none'}; the score is each run's last evaluation "
+        f"of `val-core/<family>/acc/mean@{table.k}` (points), mean over seeds; `Average` carries "
+        "the 95% t-interval over seeds and `Δ vs BF16` the difference paired by seed with its "
+        "interval (none with one seed).",
+        "",
+    ]
+    return lines
+
+
 def _summary(
     heading: str,
     origin: str,
@@ -209,26 +245,8 @@ def _summary(
     out: Path = Path("."),
 ) -> str:
     """The report folder's README.md."""
-    n_ok = int(runs["usable"].sum())
-    lines = [f"# {heading}", "", origin, ""]
-    if study is not None:
-        lines += [f"**Protocol.** {study.protocol.text}.", ""]
-        if study.interim_note():
-            lines += [study.interim_note(), ""]
-    if scale_note:
-        lines += [scale_note, ""]
-    if commands:
-        lines += ["Reproduce:", "", "```", *commands, "```", ""]
+    lines = _front_matter(heading, origin, runs, table, commands, scale_note, study)
     lines += [
-        f"**Setup.** {_setup_line(runs)}. {n_ok} of {len(runs)} runs finished and current.",
-        "",
-        f"**Compute.** {compute_line(runs)}.",
-        "",
-        f"**Held-out items.** {table.items or 'none'}; the score is each run's last evaluation "
-        f"of `val-core/<family>/acc/mean@{table.k}` (points), mean over seeds; `Average` carries "
-        "the 95% t-interval over seeds and `Δ vs BF16` the difference paired by seed with its "
-        "interval (none with one seed).",
-        "",
         f"## {_TITLES[paper]}",
         "",
         parts.table,
