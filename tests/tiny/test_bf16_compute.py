@@ -41,15 +41,22 @@ def test_native_is_its_own_run_close_to_the_emulated_one(
         assert config["granularity"]["bf16_compute"] == compute
     # Step 1 samples from the same SFT base with the same seeds; the two precisions differ
     # only where a GEMM output's FP32 accumulation lands on the other side of a BF16
-    # rounding boundary (one BF16 ulp, rare: tests/numerics/test_native_bf16.py), so its
-    # statistics agree closely. Measured: entropy 4.314240 vs 4.314233, pg_loss 0.37097 vs
-    # 0.37112, grad_norm 1.8453 vs 1.8450; the bounds leave >30x room. Later steps sample
-    # after an lr=1e-3 update of (slightly) different weights, so their tokens diverge and
-    # are not compared.
+    # rounding boundary (one BF16 ulp, rare: tests/numerics/test_native_bf16.py), so the
+    # step-1 tokens, scores and lengths are the same and the entropy agrees to ~1e-5.
+    # The gradient norm is looser by nature: GRPO advantages sum to zero in each group, so
+    # the policy gradient is a difference of nearly equal sums and ulp-level differences in
+    # the per-token terms survive the cancellation; the second mini-batch then starts from an
+    # Adam step, whose first update is about lr * sign(g) and flips with tiny components.
+    # Measured (emulated vs native grad_norm): 1.4560 vs 1.4505 (0.4%) on an Intel Xeon with
+    # AMX, 1.4303 vs 1.4493 (1.3%) on CI's machine, whose SFT base also differs slightly.
+    # The bounds below leave ~2x room over the worst measured; a native path that rounded
+    # or accumulated on another grid than the emulation's would move the entropy first.
     e, n = _step_metrics(emulated.path)[0], _step_metrics(native.path)[0]
+    assert n["critic/score/mean"] == e["critic/score/mean"]  # the same rollout
+    assert n["response_length/mean"] == e["response_length/mean"]
     assert n["actor/entropy"] == pytest.approx(e["actor/entropy"], rel=1e-4)
     assert n["actor/pg_loss"] == pytest.approx(e["actor/pg_loss"], abs=5e-3)
-    assert n["actor/grad_norm"] == pytest.approx(e["actor/grad_norm"], rel=5e-3)
+    assert n["actor/grad_norm"] == pytest.approx(e["actor/grad_norm"], rel=3e-2)
 
 
 def test_native_on_a_cpu_without_native_bf16_is_a_one_line_config_error(monkeypatch) -> None:
