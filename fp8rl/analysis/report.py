@@ -312,7 +312,11 @@ def write_report(
         paths += F.save_figure(fig, out / "figures")
     parts = _write_tables(out, table, verdicts, runs, paper)
     viewers = write_viewers(store, experiment, runs, out / "viewer")
-    found = None if study is None else build_study(store, experiment, runs, metrics, evals, study)
+    found = (
+        None
+        if study is None
+        else build_study(store, experiment, runs, metrics, evals, study, verdicts, paper)
+    )
     if found is not None:
         write_study_files(out, found)
     origin = (

@@ -13,6 +13,8 @@ its files; :func:`study_lines` is its section of the report's README. Files::
     <out>/base_gain.md          BF16's last evaluation minus its step-0 one, per family
     <out>/run_time.md           mean wall time per arm
     <out>/protocol.md           the protocol-precedes-runs check
+    <out>/power.md              each accuracy claim's observed SD of paired differences
+                                beside the protocol's assumed SD, and what each could detect
 
 **Protocol check** (:func:`protocol_check`): the caller reads the commit that first added
 the protocol file (``git log --diff-filter=A --format='%H %cI' -- <path>``; the scripts in
@@ -25,6 +27,7 @@ the report says so in a warning at its top.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -32,6 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from fp8rl.analysis.load import as_store
+from fp8rl.analysis.power import power_frame, power_markdown
 from fp8rl.analysis.reproduce import STUDY_CONTROL_GRANULARITY, STUDY_PROTOCOL
 from fp8rl.analysis.stats import Estimate, mean_ci, paired_difference
 from fp8rl.analysis.study import (
@@ -44,7 +48,7 @@ from fp8rl.analysis.study import (
     study_arms,
     study_table,
 )
-from fp8rl.analysis.tables import final_scores, format_delta, markdown_table
+from fp8rl.analysis.tables import PAPERS, final_scores, format_delta, markdown_table
 from fp8rl.analysis.verdicts import Verdict, verdicts_markdown
 from fp8rl.runs import RunStore, atomic_write_text
 
@@ -73,6 +77,8 @@ class StudySpec:
     control: str = STUDY_CONTROL_GRANULARITY
     level: float = 0.95
     seeds: int = 4  # the protocol's seeds per arm: with fewer, the verdicts are interim
+    assumed_sd: tuple[float, ...] = (1.4, 2.0)  # the protocol's SDs of a paired difference
+    power: float = 0.8  # the power at which the report states a detectable difference
 
 
 @dataclass(frozen=True)
@@ -222,6 +228,7 @@ class Study:
     protocol: ProtocolCheck
     items: str
     spec: StudySpec
+    power: pd.DataFrame  # :func:`fp8rl.analysis.power.power_frame` of the accuracy claims
 
     def interim_note(self) -> str:
         """A warning when some arm has fewer finished seeds than the protocol's (else "")."""
@@ -250,9 +257,12 @@ def build_study(
     metrics: pd.DataFrame,
     evals: pd.DataFrame,
     spec: StudySpec = StudySpec(),
+    accuracy: Sequence[Verdict] = (),
+    paper: str = "table2",
 ) -> Study:
     """The study's numbers from the report's frames (``metrics`` holding
-    :data:`fp8rl.analysis.study.STUDY_METRICS`) and the run store's provenance."""
+    :data:`fp8rl.analysis.study.STUDY_METRICS`), the run store's provenance, and the
+    report's accuracy verdicts (``accuracy``, for the power table beside ``PAPERS[paper]``)."""
     endpoints = endpoints_frame(runs, metrics, evals)
     level, control = spec.level, spec.control
     ok = runs[runs["usable"] & (runs["arm"] == "BF16")] if not runs.empty else runs
@@ -267,6 +277,7 @@ def build_study(
         protocol=protocol_check(spec.protocol, run_starts(source, experiment), spec.protocol_path),
         items=", ".join(sorted(set(ok["items"]))) if "items" in ok else "",
         spec=spec,
+        power=power_frame(accuracy, PAPERS[paper][0], assumed_sd=spec.assumed_sd, power=spec.power),
     )
 
 
@@ -296,6 +307,21 @@ def write_study_files(out: Path, study: Study) -> None:
     atomic_write_text(out / "base_gain.md", _gain_markdown(study.gain) + "\n")
     atomic_write_text(out / "run_time.md", _times_markdown(study.times) + "\n")
     atomic_write_text(out / "protocol.md", study.protocol.text + "\n")
+    atomic_write_text(out / "power.md", _power_text(study) + "\n")
+
+
+def _power_text(study: Study) -> str:
+    spec = study.spec
+    assumed = " or ".join(f"{a:g}" for a in spec.assumed_sd)
+    return (
+        f"Each accuracy claim's paired differences over seeds: their observed SD beside the "
+        f"SD the protocol assumed ({assumed} points), the smallest true difference a two-sided "
+        f"{spec.level:.0%} paired t-test on this many seeds detects with power {spec.power:g} "
+        "at each (counted from the claim's threshold, the verdicts' rule column; "
+        "`fp8rl.analysis.power`), and the power against the paper's own difference "
+        "at the observed SD (another scale: a reference, not a prediction).\n\n"
+        + (power_markdown(study.power, spec.power) if len(study.power) else "no accuracy claims")
+    )
 
 
 def study_lines(study: Study) -> list[str]:
@@ -331,6 +357,10 @@ def study_lines(study: Study) -> list[str]:
         "one, paired by run, with its 95% t-interval.",
         "",
         _gain_markdown(study.gain),
+        "",
+        "## Power: the spread the protocol assumed and the spread observed",
+        "",
+        _power_text(study),
         "",
         "## Run time per arm",
         "",

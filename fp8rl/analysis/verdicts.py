@@ -46,6 +46,7 @@ class Verdict:
     estimate: Estimate
     verdict: str
     rule: str
+    threshold: float = 0.0  # the value the interval must clear ([0, 1] units)
 
 
 def decide(d: Estimate, sign: int, threshold: float = 0.0) -> str:
@@ -98,7 +99,8 @@ def _decide_claims(table: Table2, claims: list[Claim], level: float) -> list[Ver
         d = _diff(table, a, b, level)
         side = "below" if sign < 0 else "above"
         at = "0" if threshold == 0 else f"{100 * threshold:.0f} points"
-        out.append(Verdict(claim, f"{a} - {b}", d, decide(d, sign, threshold), f"{ci} {side} {at}"))
+        verdict = decide(d, sign, threshold)
+        out.append(Verdict(claim, f"{a} - {b}", d, verdict, f"{ci} {side} {at}", threshold))
     return out
 
 
