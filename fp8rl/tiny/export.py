@@ -7,6 +7,11 @@ those weights strictly (a missing or extra key is an error, not a silent partial
 and writes ``save_pretrained`` output plus the tokenizer into a directory that appears
 atomically — loadable by ``AutoModelForCausalLM`` / ``AutoTokenizer`` and lm-eval's ``hf``
 model with no fp8rl code.
+
+The tokenizer's special-token ids go into ``generation_config.json`` (``eos_token_id``,
+``pad_token_id``, ``bos_token_id``; eos and bos into ``config.json`` too): without them,
+``transformers``' ``generate`` (lm-eval's ``hf`` model) does not stop a row at EOS but
+keeps sampling after it, and the text after EOS reaches the answer checker.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ def write_hf_checkpoint(
 ) -> None:
     """Write the HF checkpoint into an existing ``directory`` (not atomic by itself)."""
     plain = AutoModelForCausalLM.from_config(model.config)
+    _set_special_token_ids(plain, tokenizer)
     missing, unexpected = plain.load_state_dict(master_state_dict(model), strict=False)
     if missing or unexpected:
         raise ValueError(
@@ -52,6 +58,20 @@ def write_hf_checkpoint(
         plain.to(torch.float32).save_pretrained(directory)
         tokenizer.save_pretrained(directory)
     (directory / EXPORT_INFO_FILE).write_text(json.dumps(info or {}, indent=2, default=str) + "\n")
+
+
+def _set_special_token_ids(model: PreTrainedModel, tokenizer: Any) -> None:
+    """The tokenizer's special ids where ``generate`` reads them, so the checkpoint stops at
+    EOS in any HF tool: eos/pad/bos in the generation config, eos/bos in the model config.
+    Not ``pad_token_id`` in the model config: transformers makes it the embedding's
+    ``padding_idx`` (a row without gradient), which would change a model trained from this
+    checkpoint (the SFT base is written here too)."""
+    for name in ("eos_token_id", "pad_token_id", "bos_token_id"):
+        value = getattr(tokenizer, name, None)
+        if value is not None:
+            setattr(model.generation_config, name, value)
+            if name != "pad_token_id":
+                setattr(model.config, name, value)
 
 
 def export_hf_checkpoint(

@@ -37,3 +37,26 @@ def test_export_never_overwrites_silently(tmp_path) -> None:
         export_hf_checkpoint(model, tok, tmp_path / "ckpt")
     export_hf_checkpoint(model, tok, tmp_path / "ckpt", overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_an_exported_checkpoint_stops_generating_at_eos(tmp_path, monkeypatch) -> None:
+    """transformers' generate (lm-eval's hf model) stops a row at EOS only when the
+    checkpoint names its eos id: the export writes the tokenizer's special ids."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tok = build_tokenizer()
+    model = tiny_qwen3(vocab=128)
+    prompt = torch.tensor([tok.encode("Compute 2+3.\n")])
+    with torch.no_grad():  # an LM head whose only non-zero logit after the prompt is EOS's
+        h = model(prompt, output_hidden_states=True).hidden_states[-1][0, -1]
+        model.lm_head.weight.zero_()
+        model.lm_head.weight[tok.eos_token_id] = 10 * h / h.dot(h)
+    out = export_hf_checkpoint(model, tok, tmp_path / "ckpt")
+    config = json.loads((out / "config.json").read_text())
+    generation = json.loads((out / "generation_config.json").read_text())
+    ids = {"eos_token_id": 2, "pad_token_id": 0, "bos_token_id": 1}
+    assert {k: generation[k] for k in ids} == ids
+    # no pad id in config.json: transformers would make it the embedding's padding_idx
+    assert (config["eos_token_id"], config["bos_token_id"], config["pad_token_id"]) == (2, 1, None)
+    loaded = AutoModelForCausalLM.from_pretrained(out).eval()
+    generated = loaded.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8)
+    assert generated[0, prompt.shape[1] :].tolist() == [tok.eos_token_id]
