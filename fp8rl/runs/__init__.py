@@ -23,7 +23,13 @@ from fp8rl.runs.checkpoints import (
     save_checkpoint,
 )
 from fp8rl.runs.errors import CorruptLogError, RunLockedError, RunPruned, RunStoreError
-from fp8rl.runs.exports import HF_EXPORTS_DIR, hf_export_dir, list_hf_exports
+from fp8rl.runs.exports import (
+    HF_EXPORTS_DIR,
+    LM_EVAL_DIR,
+    LM_EVAL_FILE,
+    hf_export_dir,
+    list_hf_exports,
+)
 from fp8rl.runs.ids import (
     RESULTS_VERSION,
     canonical_json,
@@ -48,6 +54,8 @@ from fp8rl.runs.summary import RunSummary
 
 __all__ = [
     "HF_EXPORTS_DIR",
+    "LM_EVAL_DIR",
+    "LM_EVAL_FILE",
     "RESULTS_VERSION",
     "Checkpoint",
     "CorruptLogError",

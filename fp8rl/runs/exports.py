@@ -1,9 +1,13 @@
-"""Where a run's exported Hugging Face checkpoints live: ``<run>/hf/step_<8 digits>/``.
+"""Where a run's exported Hugging Face checkpoints and its lm-eval results live.
 
-A backend that exports (the tiny backend with ``export_hf=true``) writes one standard HF
-checkpoint (``config.json``, weights, tokenizer) per evaluated step, each directory
-appearing atomically; ``fp8rl.evaluation`` reads them with lm-eval and never imports the
-backend that wrote them. Both sides take the names from here.
+- ``<run>/hf/step_<8 digits>/``: a backend that exports (the tiny backend with
+  ``export_hf=true``) writes one standard HF checkpoint (``config.json``, weights,
+  tokenizer) per evaluated step, each directory appearing atomically;
+- ``<run>/lm_eval.jsonl`` and ``<run>/lm_eval/``: what ``fp8rl.evaluation`` measured on
+  them with lm-eval (rows in ``eval.jsonl``'s shape; per-sample logs), never imported by
+  the backend and never importing it. ``fp8rl.analysis`` reads the rows.
+
+Every side takes the names from here.
 """
 
 from __future__ import annotations
@@ -11,9 +15,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["HF_EXPORTS_DIR", "hf_export_dir", "list_hf_exports"]
+__all__ = ["HF_EXPORTS_DIR", "LM_EVAL_DIR", "LM_EVAL_FILE", "hf_export_dir", "list_hf_exports"]
 
 HF_EXPORTS_DIR = "hf"
+LM_EVAL_FILE = "lm_eval.jsonl"
+LM_EVAL_DIR = "lm_eval"
 _NAME = re.compile(r"^step_(\d{8,})$")
 
 
