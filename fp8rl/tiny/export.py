@@ -24,12 +24,14 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
+from fp8rl.runs import hf_export_dir
 from fp8rl.runs.atomic import atomic_directory
 from fp8rl.tiny.progress import transformers_bars_off
 
 __all__ = [
     "EXPORT_INFO_FILE",
     "export_hf_checkpoint",
+    "export_step",
     "master_state_dict",
     "write_hf_checkpoint",
 ]
@@ -91,3 +93,23 @@ def export_hf_checkpoint(
     with atomic_directory(out_dir, overwrite=overwrite) as tmp:
         write_hf_checkpoint(model, tokenizer, tmp, info)
     return out_dir
+
+
+def export_step(
+    model: PreTrainedModel, tokenizer: Any, cfg: Any, run_dir: str | Path, step: int
+) -> Path:
+    """The run's export at ``step``: ``<run>/hf/step_<n>/`` (``fp8rl.runs.hf_export_dir``),
+    replacing one a resumed run wrote before (the same step computes the same weights).
+    ``fp8rl_export.json`` says the step, the run and its precision recipe."""
+    g = cfg.granularity
+    info = {
+        "step": step,
+        "run_id": Path(run_dir).name,
+        "weights": "fp32 master weights",
+        "training": g.training,
+        "rollout": g.rollout,
+        "lm_head": g.lm_head,
+    }
+    out = hf_export_dir(run_dir, step)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return export_hf_checkpoint(model, tokenizer, out, overwrite=True, info=info)

@@ -6,9 +6,12 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from fp8rl.numerics import apply_fp8_training
+from fp8rl.runs import RunStore, latest_checkpoint, list_hf_exports, load_checkpoint
 from fp8rl.tiny.export import EXPORT_INFO_FILE, export_hf_checkpoint
 from fp8rl.tiny.tokenizer import build_tokenizer
+from fp8rl.tiny.train import export_steps, train
 
+from quick_runs import quick
 from tiny_models import tiny_qwen3
 
 
@@ -60,3 +63,40 @@ def test_an_exported_checkpoint_stops_generating_at_eos(tmp_path, monkeypatch) -
     loaded = AutoModelForCausalLM.from_pretrained(out).eval()
     generated = loaded.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8)
     assert generated[0, prompt.shape[1] :].tolist() == [tok.eos_token_id]
+
+
+def _logs(run_dir, name: str) -> list[str]:
+    """A step log without wall-clock timings, as JSON text per line."""
+    out = []
+    for line in (run_dir / name).read_text().splitlines():
+        rec = json.loads(line)
+        data = {k: v for k, v in rec["data"].items() if not k.startswith("timing_s/")}
+        out.append(json.dumps({"step": rec["step"], **data}, sort_keys=True))
+    return out
+
+
+def test_a_run_exports_the_steps_it_evaluates_and_changes_no_number(tmp_path, cache) -> None:
+    """export_hf: an HF checkpoint of the master weights at every evaluated step, the same
+    run id and metrics as without; a done run asked later exports what it kept."""
+    cfg = quick(**{"eval.every": 1, "granularity.training": "blockwise"})
+    plain = train(cfg, RunStore(tmp_path / "plain"), "test", cache_dir=cache)
+    exported = train(cfg, RunStore(tmp_path / "exp"), "test", cache_dir=cache, export_hf=True)
+    assert exported.run_id == plain.run_id and not list_hf_exports(plain.path)
+    for name in ("metrics.jsonl", "eval.jsonl"):
+        assert _logs(exported.path, name) == _logs(plain.path, name)
+    exports = list_hf_exports(exported.path)
+    assert list(exports) == [0, 1, 2]
+    info = json.loads((exports[2] / EXPORT_INFO_FILE).read_text())
+    assert (info["step"], info["training"], info["run_id"]) == (2, "blockwise", plain.run_id)
+    final = load_checkpoint(latest_checkpoint(exported.path / "checkpoints")).state["model"]
+    weights = AutoModelForCausalLM.from_pretrained(exports[2]).state_dict()
+    assert all(torch.equal(weights[k], final[k]) for k in weights)
+    # a finished run without exports, run again with export_hf: no training, the kept
+    # checkpoint (the last step's) exported
+    before = _logs(plain.path, "metrics.jsonl")
+    again = train(cfg, RunStore(tmp_path / "plain"), "test", cache_dir=cache, export_hf=True)
+    assert again.decision == "skip" and list(list_hf_exports(plain.path)) == [2]
+    assert _logs(plain.path, "metrics.jsonl") == before
+    kept = AutoModelForCausalLM.from_pretrained(list_hf_exports(plain.path)[2]).state_dict()
+    assert all(torch.equal(kept[k], weights[k]) for k in weights)
+    assert export_steps(quick(steps=7)) == [7]  # a run that never evaluates: its last step
