@@ -41,6 +41,7 @@ from fp8rl.tiny.sft import SHIPPED_DIR, load_base_model
 from fp8rl.tiny.tasks import DIFFICULTIES, load_eval_set
 
 DEFAULT_MODEL = SHIPPED_DIR / "tiny-s-s0-a74f16acbea2"
+REPO = Path(__file__).resolve().parents[1]
 MAX_NEW_TOKENS = 80  # the in-loop evaluator's default and the tiny tasks' max_gen_toks
 
 
@@ -127,8 +128,10 @@ def sampled_report(
 
 def render(args: argparse.Namespace, greedy: dict, sampled: dict | None) -> str:
     c = greedy["comparison"]
+    model = args.model.resolve()
+    shown = model.relative_to(REPO) if model.is_relative_to(REPO) else model
     lines = [
-        f"checkpoint `{args.model}` in FP32 ({platform.machine()}, torch {torch.__version__}, "
+        f"checkpoint `{shown}` in FP32 ({platform.machine()}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} thread(s)); families: {', '.join(args.families)}; "
         f"items per family: {args.limit or 'all (150)'}",
         "",

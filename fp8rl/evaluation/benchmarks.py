@@ -27,13 +27,12 @@ this room never imports the tiny backend.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from fp8rl.config import stratified_counts
 
 __all__ = [
     "BENCHMARKS",
@@ -49,6 +48,7 @@ __all__ = [
     "TRAIN_SET",
     "Source",
     "benchmark_path",
+    "file_sha256",
     "read_benchmark",
     "read_manifest",
     "read_tiny_eval",
@@ -153,6 +153,15 @@ TINY_DIFFICULTIES: tuple[int, ...] = (1, 2, 3)
 TINY_ITEMS_PER_DIFFICULTY = 50
 
 
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a file's bytes (MANIFEST entries, settings fingerprints)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def benchmark_path(name: str, root: str | Path | None = None) -> Path:
     """``<root>/<name>.jsonl`` (root: :data:`DEFAULT_DATA_ROOT`)."""
     return Path(root if root is not None else DEFAULT_DATA_ROOT) / f"{name}.jsonl"
@@ -225,6 +234,8 @@ def tiny_item_indices(
     each, the remainder to the lowest), within a difficulty the first rows; None: every row
     of those difficulties. The same items as ``fp8rl.tiny.evaluate.select_items`` (a test
     holds them equal), in difficulty order."""
+    from fp8rl.config import stratified_counts  # the config loads torch; data prep needs none
+
     levels = sorted(set(difficulties))
     if not levels or any(d not in TINY_DIFFICULTIES for d in levels):
         raise ValueError(f"difficulties must be a non-empty subset of {TINY_DIFFICULTIES}")

@@ -33,11 +33,11 @@ from fp8rl.evaluation.benchmarks import (
     TRAINING,
     Source,
     benchmark_path,
+    file_sha256,
     read_benchmark,
     read_manifest,
     validate_record,
 )
-from fp8rl.evaluation.runner import file_sha256
 from fp8rl.runs import atomic_write_json, atomic_write_text
 
 __all__ = [

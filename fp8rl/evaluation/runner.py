@@ -11,8 +11,9 @@ One evaluation (:func:`run_lm_eval`) takes a checkpoint directory, the benchmark
    absolute path, ``repeats: k`` and the generation settings — the exact tasks the numbers
    came from, loadable with ``lm_eval --include_path <out>/tasks``;
 3. builds lm-eval's model arguments for the engine (:func:`model_args`: ``hf`` with
-   ``pretrained=<dir>``, ``dtype``, ``device``; ``vllm`` with ``dtype``, ``quantization``,
-   ``tensor_parallel_size``, ``gpu_memory_utilization``, ``seed``) and the equivalent
+   ``pretrained=<dir>`` and ``dtype``, its ``device`` apart; ``vllm`` with ``dtype``,
+   ``quantization``, ``tensor_parallel_size``, ``gpu_memory_utilization``, ``seed``) and the
+   equivalent
    command line (:func:`lm_eval_command`, saved as ``<out>/command.txt``);
 4. calls ``lm_eval.simple_evaluate`` with a ``TaskManager`` over ``<out>/tasks`` only
    (lm-eval's thousands of built-in tasks are not indexed), and writes lm-eval's results
@@ -50,6 +51,7 @@ from fp8rl.evaluation.benchmarks import (
     TINY_DIFFICULTIES,
     TINY_EVAL_DIR,
     benchmark_path,
+    file_sha256,
     read_benchmark,
     read_tiny_eval,
     tiny_item_indices,
@@ -192,10 +194,11 @@ def write_task_dir(
 
 
 def model_args(settings: LmEvalSettings, checkpoint: str | Path) -> dict[str, Any]:
-    """lm-eval's ``model_args`` for the engine (``--model hf`` or ``--model vllm``)."""
+    """lm-eval's ``model_args`` for the engine (``--model hf`` or ``--model vllm``); the hf
+    model's device goes separately (lm-eval's ``--device``: in both places it is an error)."""
     pretrained = str(Path(checkpoint).resolve())
     if settings.engine == "hf":
-        return {"pretrained": pretrained, "dtype": settings.dtype, "device": settings.device}
+        return {"pretrained": pretrained, "dtype": settings.dtype}
     args: dict[str, Any] = {
         "pretrained": pretrained,
         "dtype": settings.dtype,
@@ -238,20 +241,14 @@ def lm_eval_command(
         "--seed", f"{seed},{seed},{seed},{seed}",
         "--log_samples",
     ]  # fmt: skip
+    if settings.engine == "hf":
+        cmd += ["--device", settings.device]
     samples = _samples_arg(plans)
     if samples is not None:
         cmd += ["--samples", json.dumps(samples, separators=(",", ":"))]
     if settings.chat_template:
         cmd.append("--apply_chat_template")
     return [*cmd, "--output_path", str(output_path)]
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def settings_fingerprint(settings: LmEvalSettings, plans: Sequence[TaskPlan]) -> str:
@@ -375,6 +372,7 @@ def run_lm_eval(
             tasks=[p.task for p in plans],
             task_manager=manager,
             batch_size="auto" if settings.engine == "vllm" else settings.batch_size,
+            device=settings.device if settings.engine == "hf" else None,
             samples=_samples_arg(plans),
             log_samples=True,
             apply_chat_template=settings.chat_template,

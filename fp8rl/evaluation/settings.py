@@ -33,8 +33,9 @@ class LmEvalSettings:
     benchmarks: lm-eval benchmarks by name (null: the run's own: its ``eval.families`` on
         the tiny backend, ``fp8rl.evaluation.benchmarks.SUITE`` otherwise).
     k samples per problem (``repeats``, every sample scored: avg@k and pass@k), greedy or
-        at ``temperature``/``top_p``; ``max_gen_toks`` new tokens (null: the task's own:
-        80 for the tiny families, as the in-loop evaluator, 4096 for math).
+        at ``temperature``/``top_p``; ``max_gen_toks`` new tokens (null: on a tiny run its
+        ``eval.max_new_tokens``, as the in-loop evaluator; else the task's own: 80 for the
+        tiny families, 4096 for math).
     limit: problems per benchmark (null: all): on a tiny family the in-loop evaluator's
         sample stratified by difficulty, on a math benchmark its first ``limit`` problems.
     dtype the checkpoint is served in; ``quantization=fp8``: vLLM's online FP8 (E4M3
@@ -53,7 +54,9 @@ class LmEvalSettings:
     greedy: bool = True
     temperature: float = num(1.0, gt=0.0)
     top_p: float = num(1.0, gt=0.0, le=1.0)
-    max_gen_toks: int | None = num(None, ge=1, null="the task's own (tiny 80, math 4096)")
+    max_gen_toks: int | None = num(
+        None, ge=1, null="a tiny run's eval.max_new_tokens, else the task's"
+    )
     limit: int | None = num(None, ge=1, null="every problem")
     dtype: str = choice("bfloat16", DTYPES)
     quantization: str | None = choice(None, QUANTIZATIONS, null="no quantisation")

@@ -12,12 +12,14 @@ For every point of the grid (the same composition as ``--status``), in grid orde
   killed one stopped.
 
 Which benchmarks: ``lm_eval.benchmarks``, or the run's own (tiny backend: its
-``eval.families``; any other: ``fp8rl.evaluation.benchmarks.SUITE``). ``sweep.py`` draws the
-progress bar from :func:`run_stage`'s callbacks; nothing here prints.
+``eval.families``, and its ``eval.max_new_tokens`` as the token budget unless
+``lm_eval.max_gen_toks`` says otherwise; any other: ``fp8rl.evaluation.benchmarks.SUITE``).
+``sweep.py`` draws the progress bar from :func:`run_stage`'s callbacks; nothing here prints.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ from rich.table import Table
 
 from fp8rl.evaluation.benchmarks import SUITE
 from fp8rl.evaluation.runner import EvalOutcome
+from fp8rl.evaluation.settings import LmEvalSettings
 from fp8rl.evaluation.store import EvalJob, evaluate_job, plan_run, read_lm_eval
 from fp8rl.experiments.grid import GridPlan, GridPoint
 from fp8rl.runs import RunStore, list_hf_exports
@@ -39,10 +42,22 @@ __all__ = [
     "job_row",
     "plan_stage",
     "run_stage",
+    "settings_for",
     "stage_table",
 ]
 
 log = logging.getLogger(__name__)
+
+
+def settings_for(point: GridPoint) -> LmEvalSettings:
+    """The point's ``lm_eval`` settings, with a tiny run's own token budget
+    (``eval.max_new_tokens``) where ``lm_eval.max_gen_toks`` is null, so lm-eval and the
+    in-loop evaluator measure the same thing on it."""
+    settings = point.resolved.experiment.lm_eval
+    cfg = point.resolved.config
+    if settings.max_gen_toks is None and cfg.backend.name == "tiny":
+        return dataclasses.replace(settings, max_gen_toks=cfg.eval.max_new_tokens)
+    return settings
 
 
 def benchmarks_for(point: GridPoint) -> list[str]:
@@ -109,7 +124,7 @@ def plan_stage(plan: GridPlan, *, export_missing: bool = True) -> EvalStage:
             continue
         if not list_hf_exports(point.path) and export_missing:
             stage.exported[str(point.path)] = _export_kept(point)
-        jobs = plan_run(point.path, benchmarks_for(point), point.resolved.experiment.lm_eval)
+        jobs = plan_run(point.path, benchmarks_for(point), settings_for(point))
         if not jobs:
             stage.left_out.append((label, "no exported checkpoint (run with export_hf=true)"))
             continue

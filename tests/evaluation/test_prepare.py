@@ -14,7 +14,7 @@ import sys
 import pandas as pd
 import pytest
 
-from fp8rl.evaluation.benchmarks import FIELDS, read_benchmark, read_manifest
+from fp8rl.evaluation.benchmarks import FIELDS, file_sha256, read_benchmark, read_manifest
 from fp8rl.evaluation.prepare import (
     check_manifest,
     convert,
@@ -22,7 +22,6 @@ from fp8rl.evaluation.prepare import (
     prepare_local,
     source_of,
 )
-from fp8rl.evaluation.runner import file_sha256
 
 from room_rules import REPO
 

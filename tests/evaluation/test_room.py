@@ -2,7 +2,8 @@
 checker; it never imports a backend (DESIGN.md "Who may import whom"): it reads a run's
 exported HF checkpoints and the committed tiny held-out files, not the code that wrote
 them. Importing it loads neither lm-eval nor vLLM (the runner imports lm-eval when it
-runs); library code logs and returns, never prints or reads argv."""
+runs), and the data preparation loads no torch; library code logs and returns, never
+prints or reads argv."""
 
 from __future__ import annotations
 
@@ -27,6 +28,13 @@ def test_importing_the_store_loads_no_backend_lm_eval_or_vllm() -> None:
         "'lm_eval', 'datasets'))"
     )
     assert modules_loaded_by("fp8rl.evaluation.store", watched) == []
+
+
+def test_data_preparation_loads_no_torch() -> None:
+    """The data command is quick to start: no torch, no lm-eval (``datasets`` only online)."""
+    watched = (
+        "m in {'torch', 'lm_eval', 'datasets', 'transformers'} or m.startswith('fp8rl.config')"
+    )
     assert modules_loaded_by("fp8rl.evaluation.prepare", watched) == []
 
 

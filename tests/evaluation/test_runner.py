@@ -30,7 +30,9 @@ CKPT = "/ckpt/step_00000010"
 
 def test_hf_model_args_load_a_local_directory_on_cpu() -> None:
     s = LmEvalSettings(dtype="float32")
-    assert model_args(s, CKPT) == {"pretrained": CKPT, "dtype": "float32", "device": "cpu"}
+    assert model_args(s, CKPT) == {"pretrained": CKPT, "dtype": "float32"}
+    cmd = lm_eval_command(s, CKPT, "/tasks", plan_tasks(["add_sub"], s), "/out")
+    assert cmd[cmd.index("--device") + 1] == "cpu"  # not in model_args: lm-eval refuses both
     assert s.engine_label == "lm-eval/hf" and s.precision == "float32"
 
 
@@ -75,6 +77,7 @@ def test_the_command_line_reproduces_the_call(tmp_path) -> None:
     samples = cmd[cmd.index("--samples") + 1]
     assert samples.startswith('{"fp8rl_tiny_add_sub":[0,1,2,50,51,52,100,101]')
     assert "--log_samples" in cmd and cmd[-2:] == ["--output_path", str(tmp_path / "out")]
+    assert "--device" not in cmd  # vLLM takes its GPUs from CUDA_VISIBLE_DEVICES
 
 
 def test_generation_is_greedy_or_samples_the_whole_vocabulary() -> None:
