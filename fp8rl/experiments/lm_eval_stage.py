@@ -184,8 +184,10 @@ def stage_table(stage: EvalStage, evaluated: set[int] | None = None) -> Table:
         avg = "" if row is None else f"{100 * row[f'val-core/all/acc/mean@{s.k}']:.1f}"
         note = "evaluated now" if evaluated is not None and id(job) in evaluated else "in store"
         names = ",".join(p.benchmark for p in job.plans)
+        run = job.run_dir.name
         table.add_row(
-            f"{item.label} ({job.run_dir.name})", str(job.step), s.engine_label, s.precision,
+            run if item.label == run else f"{item.label} ({run})", str(job.step),
+            s.engine_label, s.precision,
             str(s.k), names if len(names) < 40 else f"{len(job.plans)} benchmarks", avg,
             note if row is not None else "not evaluated",
         )  # fmt: skip

@@ -15,8 +15,8 @@ import pytest
 from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 
-from fp8rl.evaluation.benchmarks import BENCHMARKS, TINY_BENCHMARKS
-from fp8rl.evaluation.runner import plan_tasks, write_task_dir
+from fp8rl.evaluation.benchmarks import BENCHMARKS, TINY_BENCHMARKS, TINY_EVAL_DIR
+from fp8rl.evaluation.runner import TASKS_DIR, plan_tasks, write_task_dir
 from fp8rl.evaluation.settings import LmEvalSettings
 
 #: gold -> (an equivalent form the model writes, a wrong answer)
@@ -32,13 +32,15 @@ class RightWrongRight(LM):
         super().__init__()
         self.seen: Counter[str] = Counter()
         self.contexts: list[str] = []
+        self.do_sample: set[bool] = set()
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         out = []
         for request in requests:
             doc, (context, gen_kwargs) = request.doc, request.args
             self.contexts.append(context)
-            assert gen_kwargs["do_sample"] and gen_kwargs["until"] == []
+            assert gen_kwargs["until"] == []
+            self.do_sample.add(gen_kwargs["do_sample"])
             j = self.seen[context]
             self.seen[context] += 1
             if "problem" in doc:  # a math benchmark
@@ -75,7 +77,7 @@ def test_every_task_file_scores_all_k_samples(tmp_path, data_root) -> None:
     plans = plan_tasks(names, settings, data_root=data_root)
     task_dir = write_task_dir(plans, settings, tmp_path / "tasks", cache_dir=tmp_path / "c")
     model = RightWrongRight()
-    results = lm_eval.simple_evaluate(
+    results = lm_eval.simple_evaluate(  # the runner's task files: include + absolute paths
         model=model,
         tasks=[p.task for p in plans],
         task_manager=TaskManager(include_path=str(task_dir), include_defaults=False),
@@ -83,6 +85,7 @@ def test_every_task_file_scores_all_k_samples(tmp_path, data_root) -> None:
         log_samples=True,
     )
     assert len(plans) == len(TINY_BENCHMARKS) + len(BENCHMARKS) == 17
+    assert model.do_sample == {True}  # sampled, in every request
     for plan in plans:
         task = results["results"][plan.task]
         assert task["sample_len"] == LIMIT, plan.task
@@ -96,3 +99,27 @@ def test_every_task_file_scores_all_k_samples(tmp_path, data_root) -> None:
     # the prompts are the shared templates
     assert "Compute 47+12.\n" in model.contexts
     assert any(c.endswith("output the final answer within \\boxed{}.") for c in model.contexts)
+
+
+def test_the_committed_task_files_run_as_they_are_with_lm_evals_limit(
+    tmp_path, data_root, monkeypatch
+) -> None:
+    """``lm_eval --include_path fp8rl/evaluation/tasks --tasks fp8rl_tiny,fp8rl_math --limit 2``
+    from a checkout: the committed files' relative data paths, greedy, one sample each."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "tiny_eval").symlink_to(TINY_EVAL_DIR)
+    (tmp_path / "data" / "benchmarks").symlink_to(data_root)
+    monkeypatch.chdir(tmp_path)
+    model = RightWrongRight()
+    results = lm_eval.simple_evaluate(
+        model=model,
+        tasks=["fp8rl_tiny", "fp8rl_math", "fp8rl_gsm8k", "fp8rl_hmmt_feb25", "fp8rl_brumo25"],
+        task_manager=TaskManager(include_path=str(TASKS_DIR), include_defaults=False),
+        limit=2,
+    )
+    tasks = {k: v for k, v in results["results"].items() if k.startswith("fp8rl_")}
+    assert {"fp8rl_tiny", "fp8rl_math"} <= set(tasks) and len(tasks) == 2 + 17
+    for name, task in tasks.items():  # the one greedy sample is the right one
+        assert task["acc,keep_all"] == 1.0, name
+    assert results["configs"]["fp8rl_tiny_add_sub"]["repeats"] == 1
+    assert model.do_sample == {False}  # the committed files decode greedily

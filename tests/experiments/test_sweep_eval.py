@@ -79,3 +79,19 @@ def test_eval_is_one_of_the_modes(sweep_py, capsys) -> None:
         sweep_py.parse_args(["--eval", "--status"])
     assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
     assert sys.argv  # untouched
+
+
+def test_runs_not_done_are_left_out_and_say_so(tmp_path) -> None:
+    from fp8rl.experiments.lm_eval_stage import plan_stage, settings_for
+    from fp8rl.experiments.preflight import preflight
+
+    checked = preflight(["-m", *RUN, f"runs_dir={tmp_path}", "seed=0,1"], write=False)
+    stage = plan_stage(checked.plan)
+    assert (
+        stage.jobs == []
+        and [why for _, why in stage.left_out] == ["not done (start): run it with sweep.py"] * 2
+    )
+    assert [label for label, _ in stage.left_out] == ["seed=0", "seed=1"]
+    # a tiny run's own token budget unless lm_eval.max_gen_toks says otherwise
+    assert settings_for(checked.plan.points[0]).max_gen_toks == 24
+    assert not tmp_path.exists() or list(tmp_path.iterdir()) == []
