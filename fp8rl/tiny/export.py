@@ -112,4 +112,7 @@ def export_step(
     }
     out = hf_export_dir(run_dir, step)
     out.parent.mkdir(parents=True, exist_ok=True)
-    return export_hf_checkpoint(model, tokenizer, out, overwrite=True, info=info)
+    # building the plain model initialises weights from the global RNG: fork it, so a run
+    # with exports draws (and checkpoints) exactly the RNG states of one without
+    with torch.random.fork_rng(devices=[]):
+        return export_hf_checkpoint(model, tokenizer, out, overwrite=True, info=info)

@@ -100,3 +100,14 @@ def test_a_run_exports_the_steps_it_evaluates_and_changes_no_number(tmp_path, ca
     kept = AutoModelForCausalLM.from_pretrained(list_hf_exports(plain.path)[2]).state_dict()
     assert all(torch.equal(kept[k], weights[k]) for k in weights)
     assert export_steps(quick(steps=7)) == [7]  # a run that never evaluates: its last step
+
+
+def test_an_export_leaves_the_global_rng_as_it_was(tmp_path) -> None:
+    from fp8rl.tiny.export import export_step
+
+    model = tiny_qwen3(vocab=128)
+    torch.manual_seed(0)
+    state = torch.random.get_rng_state()
+    export_step(model, build_tokenizer(), quick(), tmp_path, 3)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert list(list_hf_exports(tmp_path)) == [3]
