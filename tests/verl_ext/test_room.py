@@ -17,7 +17,11 @@ ALLOWED = (
     "fp8rl.runs",
 )
 FORBIDDEN = ("fp8rl.tiny", "fp8rl.experiments", "fp8rl.analysis")
-VERL_FREE = ("fp8rl.verl_ext.dist_calibration", "fp8rl.verl_ext.rollout_quant")
+VERL_FREE = (  # the vLLM plugin too, with FP8RL_VLLM_ROLLOUT_QUANT unset
+    "fp8rl.verl_ext.dist_calibration",
+    "fp8rl.verl_ext.rollout_quant",
+    "fp8rl.verl_ext.vllm_plugin",
+)
 
 
 def _is_room(name: str, rooms: tuple[str, ...]) -> bool:
