@@ -10,6 +10,7 @@ pytest's ``pythonpath``, which ``spawn`` passes on).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,14 +20,24 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def run_gloo(fn: Callable[..., Any], world_size: int, tmp_path: Path, *args: Any) -> list[Any]:
+def run_gloo(
+    fn: Callable[..., Any], world_size: int, tmp_path: Path, *args: Any, timeout: float = 120.0
+) -> list[Any]:
+    """Raises if a rank raises, and ``TimeoutError`` (the ranks terminated) if they are not
+    done within ``timeout`` seconds: a collective one rank never joins hangs, not fails."""
     init = tmp_path / "gloo_init"
-    mp.spawn(
+    ctx = mp.spawn(
         _entry,
         args=(fn, world_size, str(init), str(tmp_path), args),
         nprocs=world_size,
-        join=True,
+        join=False,
     )
+    deadline = time.monotonic() + timeout
+    while not ctx.join(timeout=0.5):
+        if time.monotonic() > deadline:
+            for proc in ctx.processes:
+                proc.terminate()
+            raise TimeoutError(f"gloo ranks still running after {timeout} s (a hung collective?)")
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
 
 
