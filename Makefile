@@ -129,6 +129,10 @@ bench-trainer: setup ## Time the tiny RL step by phase per recipe and the calibr
 bench-scaled-mm: setup ## CPU FP8 GEMM (torch._scaled_mm, TorchAO's path) vs dequantise + FP32 matmul
 	$(PY) benchmarks/bench_scaled_mm.py
 
+.PHONY: bench-fp8-throughput
+bench-fp8-throughput: setup ## TorchAO float8 vs BF16 fwd+bwd of Qwen3-8B/14B, Qwen2.5-32B linears (GPU; CPU: reduced, not comparable); ARGS="--json out.json"
+	$(PY) benchmarks/bench_fp8_throughput.py $(ARGS)
+
 .PHONY: clean
 clean: ## Remove caches (keeps .venv and runs/)
 	rm -rf .pytest_cache .ruff_cache build *.egg-info

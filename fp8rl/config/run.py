@@ -449,11 +449,13 @@ def _check_combinations(cfg: RunConfig) -> None:
             "the rollout's own policy, so every weight is 1 (verl's bypass mode). Set "
             "train.tis=false (or null)."
         )
-    if c.mode == "calibrated" and t.ppo_epochs * t.ppo_mini_batches < 2:
+    on_policy = t.ppo_epochs * t.ppo_mini_batches < 2 and t.old_logprob_source == "trainer"
+    if c.mode == "calibrated" and on_policy:  # in bypass mode every ratio carries the mismatch
         raise ConfigError(
             "clipping.mode=calibrated needs an off-policy mini-batch (ratios after at least one "
-            "update); with one epoch of one mini-batch every ratio is 1. Set "
-            "train.ppo_mini_batches >= 2 or train.ppo_epochs >= 2."
+            "update); with one epoch of one mini-batch and trainer-recomputed old log-probs "
+            "every ratio is 1. Set train.ppo_mini_batches >= 2 or train.ppo_epochs >= 2 (or "
+            "train.old_logprob_source=rollout, whose ratios carry the rollout mismatch)."
         )
     live = c.mode == "calibrated" or c.init_low is not None or c.init_high is not None
     if live and c.loss not in LIVE_BOUND_LOSSES:

@@ -148,6 +148,21 @@ def _select(
     return rb, rf, adv
 
 
+def select_tokens(
+    ratio_bf16: torch.Tensor,
+    ratio_fp8: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The tokens the calibrator reads: the masked ``(r_bf16, r_fp8, A)`` flattened to 1-D
+    float64, validated (one shape, finite values, non-negative ratios; ``ValueError``
+    otherwise). :meth:`Calibrator.add` and :meth:`Calibrator.update` apply it themselves;
+    it is public for callers that move tokens between processes
+    (``fp8rl.verl_ext.dist_calibration`` gathers them across data-parallel ranks), for whom
+    ``update(cat of select_tokens per rank)`` equals ``update(cat of the raw tensors)``."""
+    return _select(ratio_bf16, ratio_fp8, advantages, mask)
+
+
 def _lower_from_selected(rb: torch.Tensor, rf: torch.Tensor, eps_low: float) -> tuple[float, float]:
     """(L*, q) from the negative-advantage tokens' ratios; see calibrated_lower_bound."""
     default = 1.0 - eps_low
@@ -473,6 +488,12 @@ def _calibrate_selected(
 def _log_prob_ratio(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
     """The ratio as the loss forms it: ``exp`` of the log-ratio clamped to [-20, 20]."""
     return torch.exp(torch.clamp(new.detach().float() - old.detach().float(), -20.0, 20.0))
+
+
+def log_prob_ratio(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    """``exp(new - old)`` as :meth:`Calibrator.update_from_log_probs` forms it (the
+    log-ratio clamped to [-20, 20], as the loss does), for callers that pass ratios on."""
+    return _log_prob_ratio(new, old)
 
 
 #: The per-token fields of a pooled chunk, in ``_select``'s order (and the state's keys).

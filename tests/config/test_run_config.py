@@ -201,3 +201,11 @@ def test_out_of_range_values_are_refused_through_the_tree_before_compute(tmp_pat
         assert re.search(rf"{re.escape(key)}=\S+ is out of range: need ", message), message
         assert "\n" not in message
     assert list(tmp_path.iterdir()) == []
+
+
+def test_calibration_on_one_mini_batch_is_allowed_in_bypass_mode() -> None:
+    # with rollout old log-probs every ratio carries the rollout-vs-trainer mismatch, so
+    # even the first (only) mini-batch has something to calibrate
+    one = {"clipping.mode": "calibrated", "train.ppo_mini_batches": 1}
+    bypass = {**one, "train.old_logprob_source": "rollout", "train.tis": False}
+    assert override(RunConfig(), bypass).train.ppo_mini_batches == 1

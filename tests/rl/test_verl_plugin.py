@@ -30,7 +30,10 @@ def _declared_entry_points() -> dict[str, str]:
 
 def test_entry_point_registers_losses_in_a_fresh_process(tmp_path):
     eps = _declared_entry_points()
-    assert eps == {"fp8rl_rl": "fp8rl.rl.verl_registry"}, eps
+    assert eps == {
+        "fp8rl_rl": "fp8rl.rl.verl_registry",
+        "fp8rl_vllm_rollout": "fp8rl.verl_ext.vllm_plugin",  # a no-op without its variable
+    }, eps
     # What `pip install` writes for these entry points: a dist-info with entry_points.txt.
     # A distinct distribution name keeps it apart from an installed fp8rl's metadata.
     dist = tmp_path / "fp8rl_entrypoint_probe-0.0.0.dist-info"
@@ -47,6 +50,8 @@ def test_entry_point_registers_losses_in_a_fresh_process(tmp_path):
         from verl.trainer.ppo.core_algos import get_policy_loss_fn
         from fp8rl.rl import losses
         assert "fp8rl.rl.verl_registry" in sys.modules, "plugin not loaded"
+        assert "fp8rl.verl_ext.vllm_plugin" in sys.modules, "vLLM plugin not loaded"
+        assert "fp8rl.verl_ext.vllm_rollout" not in sys.modules  # FP8RL_VLLM_ROLLOUT_QUANT unset
         assert get_policy_loss_fn("calibrated_clip") is losses.compute_policy_loss_calibrated_clip
         assert get_policy_loss_fn("fp8rl_cispo") is losses.compute_policy_loss_cispo
         assert get_policy_loss_fn("cispo").__module__ == "verl.trainer.ppo.core_algos"
@@ -54,7 +59,8 @@ def test_entry_point_registers_losses_in_a_fresh_process(tmp_path):
         print("REGISTERED")
         """
     )
-    env = {k: v for k, v in os.environ.items() if k != "VERL_USE_EXTERNAL_PLUGINS"}
+    unset = ("VERL_USE_EXTERNAL_PLUGINS", "FP8RL_VLLM_ROLLOUT_QUANT")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO)])
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120

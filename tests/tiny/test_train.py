@@ -283,6 +283,27 @@ def test_interrupted_run_resumes_to_identical_logs(tmp_path, cache, pool) -> Non
     assert all((r.get("timing_s/shadow", 0) > 0) == pooled for r in (log[0], log[2]))
 
 
+def test_bypass_mode_calibrates_on_a_single_mini_batch(tmp_path, cache) -> None:
+    """With rollout old log-probs the only mini-batch already carries the rollout-vs-trainer
+    mismatch, so calibration has ratios to work on (the config check allows it)."""
+    changes = {
+        "granularity.training": "rowwise",
+        "granularity.rollout": "channel",
+        "clipping.mode": "calibrated",
+        "clipping.period": 1,
+        "train.ppo_mini_batches": 1,
+        "train.old_logprob_source": "rollout",
+        "train.tis": False,
+    }
+    summary = train(quick(**changes), RunStore(tmp_path / "runs"), "t", cache_dir=cache)
+    assert summary.status == "done"
+    rows = [json.loads(line)["data"] for line in (summary.path / "metrics.jsonl").open()]
+    for row in rows:
+        assert row["fp8rl/calib/is_calibration_step"] == 1.0
+        assert row["fp8rl/calib/n_tokens"] > 0
+        assert row["fp8rl/calib/identity_frac"] == 0.0  # no ratio is 1 by construction
+
+
 @pytest.mark.parametrize("source", ["rollout", "trainer"])
 def test_the_calibrator_sees_the_ratios_the_loss_clips(tmp_path, cache, monkeypatch, source):
     """Bypass mode (old log-probs = the rollout's): every loss-masked token, mini-batch 0

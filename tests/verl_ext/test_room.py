@@ -1,0 +1,47 @@
+"""fp8rl.verl_ext is a backend room, the sibling of fp8rl.tiny: it builds on config,
+numerics, rl, rewards and runs, never on tiny, experiments or analysis; it logs and
+returns, never prints or reads argv; and the modules that must work without a GPU stack
+(the distributed calibrator, the rollout quantiser) import neither verl nor vLLM."""
+
+from __future__ import annotations
+
+from room_rules import REPO, assert_no_print_or_argv, imported_modules, modules_loaded_by
+
+PACKAGE = REPO / "fp8rl" / "verl_ext"
+ALLOWED = (
+    "fp8rl.verl_ext",
+    "fp8rl.config",
+    "fp8rl.numerics",
+    "fp8rl.rl",
+    "fp8rl.rewards",
+    "fp8rl.runs",
+)
+FORBIDDEN = ("fp8rl.tiny", "fp8rl.experiments", "fp8rl.analysis")
+VERL_FREE = (  # the vLLM plugin too, with FP8RL_VLLM_ROLLOUT_QUANT unset
+    "fp8rl.verl_ext.dist_calibration",
+    "fp8rl.verl_ext.rollout_quant",
+    "fp8rl.verl_ext.vllm_plugin",
+)
+
+
+def _is_room(name: str, rooms: tuple[str, ...]) -> bool:
+    return any(name == room or name.startswith(room + ".") for room in rooms)
+
+
+def test_verl_ext_imports_only_the_rooms_it_builds_on() -> None:
+    files = sorted(PACKAGE.glob("*.py"))
+    assert len(files) >= 3
+    for file in files:
+        for name, _ in imported_modules(file):
+            if name.split(".")[0] == "fp8rl":
+                assert _is_room(name, ALLOWED), f"{file.name} imports {name}"
+                assert not _is_room(name, FORBIDDEN), f"{file.name} imports {name}"
+
+
+def test_the_cpu_testable_modules_load_no_gpu_stack_and_no_sibling() -> None:
+    watched = f"m.startswith({FORBIDDEN!r}) or m.split('.')[0] in ('verl', 'vllm', 'ray')"
+    assert modules_loaded_by(", ".join(VERL_FREE), watched) == []  # one interpreter for both
+
+
+def test_library_code_never_prints_or_reads_argv() -> None:
+    assert_no_print_or_argv(PACKAGE)
