@@ -97,6 +97,22 @@ regime-noise: setup ## The noise probe per precision recipe, for the regime stud
 regime-report: setup ## The regime study's tables and verdicts from the run store: make regime-report ARGS="--runs runs"
 	$(PY) scripts/regime_report.py $(ARGS)
 
+.PHONY: eval
+eval: setup ## lm-eval over a grid's finished runs (exports kept checkpoints first; resumable): make eval ARGS="+experiment=table2 lm_eval.k=4 lm_eval.greedy=false"
+	$(PY) sweep.py --eval $(ARGS)
+
+.PHONY: prepare-benchmarks
+prepare-benchmarks: setup ## Math benchmarks + DeepScaleR train set into data/benchmarks (schema, MANIFEST): make prepare-benchmarks ARGS="--fetch" or ARGS="--from-local aime24=<file>"
+	$(PY) scripts/prepare_benchmarks.py $(if $(ARGS),$(ARGS),--list)
+
+.PHONY: lm-eval-agreement
+lm-eval-agreement: setup ## lm-eval vs the in-loop evaluator on the shipped base, FP32: greedy item by item, avg@4 within sampling error (~4 min)
+	$(PY) scripts/lm_eval_agreement.py $(ARGS)
+
+.PHONY: bench-lm-eval
+bench-lm-eval: setup ## Problems/s of lm-eval (hf) vs the in-loop evaluator on the shipped base, 1200 greedy items
+	$(PY) benchmarks/bench_lm_eval.py $(ARGS)
+
 .PHONY: bench-numerics
 bench-numerics: setup ## Time fwd+bwd of a small transformer per precision recipe (markdown to stdout)
 	$(PY) benchmarks/bench_numerics.py

@@ -6,16 +6,19 @@
     python sweep.py -m +sweep=regime hydra/launcher=parallel    # a grid on every core
     python sweep.py --dry-run +experiment=table2                # what would run, and its cost
     python sweep.py --status +experiment=table2                 # the experiment's runs now
+    python sweep.py --eval +experiment=table2 lm_eval.k=4 lm_eval.greedy=false   # lm-eval
     python sweep.py --search sweeps/hparams_search/calibration.yaml [--n-trials N] [overrides]
 
 Each run lands in ``<runs_dir>/<experiment_name>/<run_id>/``, keyed by its resolved config:
 finished runs are skipped, interrupted ones resumed, failed ones reported (retried with
 ``rerun_failed=true``). ``--dry-run`` and ``--status`` take the same overrides as a run
-(``-m`` optional) and run nothing. ``--search SPEC`` runs (or continues) an Optuna search
-(``fp8rl.experiments.search``, docs/experiments_search.md): every trial is composed from
-the command's overrides, the spec's overrides and the trial's values through the same
-config tree, and is a run in the store. Everything else is Hydra's command line
-(``--cfg job``, ``--help``, ``hydra/launcher=...``).
+(``-m`` optional) and run nothing. ``--eval`` takes the same overrides and evaluates the
+grid's finished runs with lm-eval (``fp8rl.experiments.lm_eval_stage``, docs/evaluation.md):
+each exported checkpoint once per ``lm_eval`` settings, resumable. ``--search SPEC`` runs
+(or continues) an Optuna search (``fp8rl.experiments.search``, docs/experiments_search.md):
+every trial is composed from the command's overrides, the spec's overrides and the trial's
+values through the same config tree, and is a run in the store. Everything else is Hydra's
+command line (``--cfg job``, ``--help``, ``hydra/launcher=...``).
 """
 
 from __future__ import annotations
@@ -35,11 +38,20 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from fp8rl.experiments.backends import resolve_run
 from fp8rl.experiments.compose import Composer
 from fp8rl.experiments.dispatch import run_one
 from fp8rl.experiments.grid import one_line
+from fp8rl.experiments.lm_eval_stage import StageJob, plan_stage, run_stage, stage_table
 from fp8rl.experiments.preflight import check_runs_dir, preflight
 from fp8rl.experiments.progress import grid_report, plan_table, report_table
 from fp8rl.experiments.run_report import run_summary
@@ -52,7 +64,7 @@ register_configs()  # the schemas and hydra/sweeper=grid, before Hydra composes 
 log = logging.getLogger("sweep")
 
 #: sweep.py's own flags (:func:`parse_args`), read before Hydra, which never sees them.
-_FLAGS = ("--search", "--n-trials", "--status", "--dry-run", "--debug")
+_FLAGS = ("--search", "--n-trials", "--status", "--dry-run", "--eval", "--debug")
 #: Hydra's flags that change what it does (help, printing the config, another config
 #: root): with them, sweep.py hands the command line to Hydra unchecked.
 _HYDRA_INFO_FLAGS = (
@@ -83,7 +95,7 @@ _SPEC_EXAMPLE = "sweeps/hparams_search/calibration.yaml"
 class HarnessArgs:
     """The harness's flags and the rest of the command line (Hydra's overrides and flags,
     in their order): at most one of ``search`` (the spec file) and ``offline``
-    (``"--status"`` or ``"--dry-run"``)."""
+    (``"--status"``, ``"--dry-run"`` or ``"--eval"``)."""
 
     search: str | None = None
     n_trials: int | None = None
@@ -127,6 +139,7 @@ def parse_args(argv: Sequence[str]) -> HarnessArgs:
     mode.add_argument("--search", nargs="?", const="", type=_spec_file, metavar="SPEC")
     mode.add_argument("--status", dest="offline", action="store_const", const="--status")
     mode.add_argument("--dry-run", dest="offline", action="store_const", const="--dry-run")
+    mode.add_argument("--eval", dest="offline", action="store_const", const="--eval")
     parser.add_argument("--n-trials", type=_n_trials, metavar="N")
     parser.add_argument("--debug", action="store_true")
     known, rest = parser.parse_known_args(list(argv))
@@ -162,6 +175,47 @@ def offline(flag: str, overrides: list[str], debug: bool = False) -> int:
     for runs_dir, experiment in experiments:
         report = grid_report(runs_dir, experiment, plan, workers=workers)
         console.print(report_table(report))
+    return 0
+
+
+def lm_eval(overrides: list[str], debug: bool = False) -> int:
+    """``--eval``: lm-eval over the grid's finished runs (each exported checkpoint once per
+    ``lm_eval`` settings; runs not done are listed and left out), with a progress bar."""
+    logging.basicConfig(level=logging.WARNING, format="[%(asctime)s][%(name)s] %(message)s")
+    console = Console(stderr=True)
+    try:
+        checked = preflight(["-m", *overrides], write=False)
+        torch.set_num_threads(int(checked.primary.threads))
+        stage = plan_stage(checked.plan)
+    except (ConfigError, ValueError, FileNotFoundError) as exc:
+        return fail("eval", ConfigError(one_line(str(exc))), debug)
+    for label, why in stage.left_out:
+        console.print(f"left out {label}: {why}")
+    for path, steps in stage.exported.items():
+        if steps:
+            console.print(f"exported steps {steps} of {Path(path).name} from its checkpoints")
+    todo, evaluated = stage.todo, set()
+    console.print(
+        f"lm-eval: {len(stage.jobs)} checkpoints, {len(stage.jobs) - len(todo)} already "
+        f"evaluated, {len(todo)} to go ({stage.problems} problems)"
+    )
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=console,
+        disable=not console.is_terminal,
+    ) as bar:  # fmt: skip
+        task = bar.add_task("lm-eval", total=stage.problems)
+
+        def started(item: StageJob) -> None:
+            bar.update(task, description=f"{item.label} step {item.job.step}")
+
+        def finished(item: StageJob, outcome: object) -> None:
+            if outcome is not None:
+                evaluated.add(id(item.job))
+                bar.advance(task, item.job.problems)
+
+        run_stage(stage, on_start=started, on_done=finished)
+    Console(width=160 if not sys.stdout.isatty() else None).print(stage_table(stage, evaluated))
     return 0
 
 
@@ -244,6 +298,8 @@ if __name__ == "__main__":
     args = parse_args(sys.argv[1:])
     if args.search is not None:
         sys.exit(search(args.search, list(args.rest), args.n_trials, args.debug))
+    if args.offline == "--eval":
+        sys.exit(lm_eval(list(args.rest), args.debug))
     if args.offline is not None:
         sys.exit(offline(args.offline, list(args.rest), args.debug))
     if not any(a.split("=")[0] in _HYDRA_INFO_FLAGS for a in args.rest):

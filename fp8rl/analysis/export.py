@@ -3,7 +3,8 @@
 ``runs/`` is not in git and the machine that holds it is not kept, so a study exports what
 its reports need as each piece finishes: per finished run (done, failed or pruned, of the
 current results version) its ``config.yaml``, ``status.json``, ``provenance.json``,
-``metrics.jsonl``, ``eval.jsonl`` and ``integrity.json`` — no checkpoints, and at most
+``metrics.jsonl``, ``eval.jsonl``, ``lm_eval.jsonl`` (when it was evaluated with lm-eval)
+and ``integrity.json`` — no checkpoints or HF exports, and at most
 ``samples`` token-level sample dumps (the first, last and middle steps' first, so two runs
 on one dump schedule keep the same steps: the token viewer pairs them), rewritten as
 compact JSON (the same values in two thirds of an indented dump's bytes). Metrics whose names
@@ -28,7 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fp8rl.analysis.load import as_store
-from fp8rl.runs import RunStatus, RunStore, atomic_directory, atomic_write_json, read_step_log
+from fp8rl.runs import (
+    LM_EVAL_FILE,
+    RunStatus,
+    RunStore,
+    atomic_directory,
+    atomic_write_json,
+    read_step_log,
+)
 from fp8rl.runs.integrity import make_record
 from fp8rl.runs.jsonl import encode_record
 
@@ -36,7 +44,14 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["DROPPED_METRICS", "EXPORTED_FILES", "ExportSummary", "export_experiment"]
 
-EXPORTED_FILES = ("config.yaml", "status.json", "provenance.json", "metrics.jsonl", "eval.jsonl")
+EXPORTED_FILES = (
+    "config.yaml",
+    "status.json",
+    "provenance.json",
+    "metrics.jsonl",
+    "eval.jsonl",
+    LM_EVAL_FILE,  # lm-eval's rows, where the run has them (not its per-sample logs)
+)
 _FINAL = (RunStatus.DONE, RunStatus.FAILED, RunStatus.PRUNED)
 #: Metric-name prefixes left out of an export by default (module docstring).
 DROPPED_METRICS: tuple[str, ...] = ("fp8rl/fp8/",)

@@ -6,10 +6,15 @@ Three frames, all keyed by ``run_id``:
   cells, whether it is ``usable`` (done, current results version), its arm and seed, and
   the config flattened into ``config.<dotted key>`` columns.
 * :func:`metrics_frame` — one row per (run, step, metric) of ``metrics.jsonl``.
-* :func:`eval_frame` — one row per (run, step, held-out metric) of ``eval.jsonl``, with the
-  metric name split into ``section`` (``val-core``/``val-aux``), ``family``, ``stat``
-  (``acc/mean``, ``acc/pass``, ...) and ``k``, and the items it was computed on
-  (``items``: per family, from the run's eval config).
+* :func:`eval_frame` — one row per (run, step, held-out metric) of ``eval.jsonl`` (and, when
+  asked, of ``lm_eval.jsonl``), with the metric name split into ``section``
+  (``val-core``/``val-aux``), ``family``, ``stat`` (``acc/mean``, ``acc/pass``, ...) and
+  ``k``, the items it was computed on (``items``), and what measured it: ``engine``
+  (``in-loop``: the backend's own evaluator, in the rollout precision by default;
+  ``lm-eval/hf``, ``lm-eval/vllm``: lm-eval on an exported checkpoint) and ``precision``.
+  The two are different measurements, so by default only in-loop rows are read (every
+  table and figure reads those); ``engines`` names others, and a frame holding several
+  engines is never averaged across them by accident: group by ``engine``.
 
 ``runs_frame`` also carries ``wall_s``, each run's last attempt from start to finish.
 
@@ -31,12 +36,20 @@ import pandas as pd
 
 from fp8rl.analysis.arms import arm_of
 from fp8rl.config import stratified_counts
-from fp8rl.runs import CorruptLogError, RunInfo, RunStatus, RunStore, read_step_log
+from fp8rl.runs import (
+    LM_EVAL_FILE,
+    CorruptLogError,
+    RunInfo,
+    RunStatus,
+    RunStore,
+    read_step_log,
+)
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "EVAL_NAME",
+    "IN_LOOP",
     "as_store",
     "eval_frame",
     "items_label",
@@ -48,6 +61,8 @@ __all__ = [
 
 #: ``val-core/<family>/<stat>@<k>`` (the tiny backend's and verl's validation names).
 EVAL_NAME = re.compile(r"^(?P<section>val-core|val-aux)/(?P<family>[^/]+)/(?P<stat>.+)@(?P<k>\d+)$")
+#: The ``engine`` of ``eval.jsonl``'s rows: the backend's in-loop evaluator.
+IN_LOOP = "in-loop"
 
 
 def as_store(source: RunStore | Path | str) -> RunStore:
@@ -209,28 +224,68 @@ def metrics_frame(
     return frame.reset_index(drop=True)
 
 
-def eval_frame(
-    source: RunStore | Path | str, experiment: str, runs: pd.DataFrame | None = None
-) -> pd.DataFrame:
-    """Held-out evaluations, one row per (run_id, step, metric) with the name's parts.
+def _eval_rows(
+    store: RunStore, experiment: str, run_id: str, name: str
+) -> list[tuple[int, dict[str, Any]]]:
+    path = store.run_dir(experiment, run_id) / name
+    try:
+        return [(r["step"], r["data"]) for r in read_step_log(path).records]
+    except (CorruptLogError, OSError, ValueError) as exc:  # a damaged run: say, go on
+        logger.warning("%s: unreadable (%s); left out", path, exc)
+        return []
 
-    Columns: ``run_id, step, metric, section, family, stat, k, value, items``; names that
-    do not follow ``val-core|val-aux/<family>/<stat>@<k>`` are dropped.
+
+def eval_frame(
+    source: RunStore | Path | str,
+    experiment: str,
+    runs: pd.DataFrame | None = None,
+    engines: Sequence[str] | None = (IN_LOOP,),
+) -> pd.DataFrame:
+    """Held-out evaluations, one row per (run_id, engine, step, metric) with the name's parts.
+
+    Columns: ``run_id, step, metric, section, family, stat, k, value, items, engine,
+    precision``; names that do not follow ``val-core|val-aux/<family>/<stat>@<k>`` are
+    dropped. ``engines``: which measurements (default: the in-loop evaluator's rows of
+    ``eval.jsonl``; ``["lm-eval/hf"]`` lm-eval's rows of ``lm_eval.jsonl``; None: all).
+    In-loop rows' ``items`` come from the run's eval config and their ``precision`` is its
+    ``eval.precision`` (``rollout``/``training``); lm-eval rows carry both themselves.
     """
     store = as_store(source)
     if runs is None:
         runs = runs_frame(store, experiment)
-    rows = []
     items = dict(zip(runs["run_id"], runs.get("items", [""] * len(runs)), strict=True))
-    for run_id, step, metric, value in _log_rows(store, experiment, runs["run_id"], "eval.jsonl"):
-        m = EVAL_NAME.match(metric)
-        if m is None:
-            continue
-        rows.append(
-            (run_id, step, metric, m["section"], m["family"], m["stat"], int(m["k"]), value,
-             items.get(run_id, ""))
-        )  # fmt: skip
-    columns = ["run_id", "step", "metric", "section", "family", "stat", "k", "value", "items"]
+    precision = dict(
+        zip(
+            runs["run_id"],
+            runs.get("config.eval.precision", ["rollout"] * len(runs)),
+            strict=True,
+        )
+    )
+    wanted = None if engines is None else set(engines)
+    read_lm_eval = wanted is None or bool(wanted - {IN_LOOP})
+    rows = []
+    for run_id in runs["run_id"]:
+        logs = [(s, d, True) for s, d in _eval_rows(store, experiment, run_id, "eval.jsonl")]
+        if read_lm_eval:
+            logs += [(s, d, False) for s, d in _eval_rows(store, experiment, run_id, LM_EVAL_FILE)]
+        for step, data, in_loop in logs:
+            engine = str(data.get("engine", IN_LOOP)) if not in_loop else IN_LOOP
+            if wanted is not None and engine not in wanted:
+                continue
+            label = items.get(run_id, "") if in_loop else str(data.get("items", ""))
+            prec = precision.get(run_id) if in_loop else data.get("precision")
+            for metric, value in data.items():
+                m = EVAL_NAME.match(metric)
+                if m is None:
+                    continue
+                rows.append(
+                    (run_id, step, metric, m["section"], m["family"], m["stat"], int(m["k"]),
+                     value, label, engine, prec)
+                )  # fmt: skip
+    columns = [
+        "run_id", "step", "metric", "section", "family", "stat", "k", "value", "items",
+        "engine", "precision",
+    ]  # fmt: skip
     frame = pd.DataFrame(rows, columns=columns)
     frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
     return frame

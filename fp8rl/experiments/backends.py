@@ -6,7 +6,9 @@ A backend is anything with this small protocol (:class:`Backend`):
   any compute) and the "derive it" values filled in; the run id is the run store's hash
   of ``resolved.to_dict()``, so a run has one id however it was spelled;
 - ``run(cfg, store, experiment, *, cache_dir, max_steps_this_call, rerun_failed, rerun_damaged,
-  on_step) -> RunSummary``: start, resume or skip the run in the store;
+  on_step, export_hf) -> RunSummary``: start, resume or skip the run in the store; with
+  ``export_hf`` the backend writes a standard HF checkpoint into ``<run>/hf/step_<n>/``
+  (``fp8rl.runs.hf_export_dir``) at the steps it evaluates, for ``fp8rl.evaluation``;
 - ``cost(cfg, cache_dir) -> RunCost``: its cost model, for grid plans and ETAs.
 
 ``tiny`` is :class:`fp8rl.tiny.backend.TinyBackend` (imported when first used: it loads
@@ -79,6 +81,7 @@ class Backend(Protocol):
         rerun_failed: bool = False,
         rerun_damaged: bool = False,
         on_step: Callable[[int, dict[str, float]], None] | None = None,
+        export_hf: bool = False,
     ) -> RunSummary: ...
 
     def cost(self, cfg: RunConfig, cache_dir: str | Path | None = None) -> RunCost: ...

@@ -8,7 +8,8 @@ config's log-ratio noise and stores the result as a run of its own.
 What identifies a run (:func:`run_config`) is the resolved run config's ``to_dict()`` —
 the same dict a direct ``fp8rl.tiny.train.train()`` call uses, so a run is the same run
 whichever entry point reached it. Where and how it runs (``runs_dir``, ``cache_dir``,
-``threads``, ``max_steps_this_call``, ``rerun_failed``, ``rerun_damaged``) is not part of it.
+``threads``, ``max_steps_this_call``, ``rerun_failed``, ``rerun_damaged``, ``export_hf``,
+``lm_eval``) is not part of it.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ def run_one(
             rerun_failed=exp.rerun_failed,
             rerun_damaged=exp.rerun_damaged,
             on_step=live.chain(progress),
+            export_hf=exp.export_hf,
         )
     except RunLockedError as exc:
         log.warning("%s/%s is being run by another process: %s", experiment, run_id, exc)

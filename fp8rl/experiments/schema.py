@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from fp8rl.config import ConfigError, RunConfig, check_fields, num
+from fp8rl.evaluation.settings import LmEvalSettings
 from fp8rl.experiments.live import LOGGERS
 
 __all__ = [
@@ -57,6 +58,11 @@ class ExperimentConfig(RunConfig):
         ``console`` (the progress line), ``tensorboard``, ``wandb`` (offline unless
         ``WANDB_MODE`` says otherwise); ``fp8rl.experiments.live``. The run store's
         ``metrics.jsonl`` is always written.
+    export_hf: the backend also writes a standard HF checkpoint into ``<run>/hf/step_<n>/``
+        at every step it evaluates (``eval.every``), for ``sweep.py --eval``; a run already
+        done exports the evaluated steps it kept a checkpoint of. Changes no number.
+    lm_eval: how ``sweep.py --eval`` evaluates the exported checkpoints with lm-eval
+        (:class:`fp8rl.evaluation.settings.LmEvalSettings`; docs/evaluation.md).
     """
 
     experiment_name: str = "default"
@@ -67,6 +73,8 @@ class ExperimentConfig(RunConfig):
     rerun_damaged: bool = False
     max_steps_this_call: int | None = num(None, ge=1, null="run to the last step")
     loggers: list[str] = field(default_factory=lambda: ["console"])
+    export_hf: bool = False
+    lm_eval: LmEvalSettings = field(default_factory=LmEvalSettings)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -17,13 +17,20 @@ from fp8rl.rewards.checking import (
     repeat_4gram_frac,
     reward,
 )
-from fp8rl.rewards.prompt import PROMPT_TEMPLATE, format_prompt
+from fp8rl.rewards.prompt import (
+    MATH_PROMPT_TEMPLATE,
+    PROMPT_TEMPLATE,
+    format_math_prompt,
+    format_prompt,
+)
 
 __all__ = [
     "ANSWER_PATTERN",
     "GARBLED_REPEAT",
+    "MATH_PROMPT_TEMPLATE",
     "PROMPT_TEMPLATE",
     "extract_boxed",
+    "format_math_prompt",
     "format_prompt",
     "is_correct",
     "is_correct_math_verify",

@@ -23,6 +23,13 @@ from fp8rl.runs.checkpoints import (
     save_checkpoint,
 )
 from fp8rl.runs.errors import CorruptLogError, RunLockedError, RunPruned, RunStoreError
+from fp8rl.runs.exports import (
+    HF_EXPORTS_DIR,
+    LM_EVAL_DIR,
+    LM_EVAL_FILE,
+    hf_export_dir,
+    list_hf_exports,
+)
 from fp8rl.runs.ids import (
     RESULTS_VERSION,
     canonical_json,
@@ -46,6 +53,9 @@ from fp8rl.runs.store import (
 from fp8rl.runs.summary import RunSummary
 
 __all__ = [
+    "HF_EXPORTS_DIR",
+    "LM_EVAL_DIR",
+    "LM_EVAL_FILE",
     "RESULTS_VERSION",
     "Checkpoint",
     "CorruptLogError",
@@ -72,8 +82,10 @@ __all__ = [
     "config_sha256",
     "flatten_config",
     "has_run_files",
+    "hf_export_dir",
     "latest_checkpoint",
     "list_checkpoints",
+    "list_hf_exports",
     "list_runs",
     "load_checkpoint",
     "read_step_log",

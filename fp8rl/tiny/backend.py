@@ -113,8 +113,10 @@ class TinyBackend:
         rerun_failed: bool = False,
         rerun_damaged: bool = False,
         on_step: StepHook | None = None,
+        export_hf: bool = False,
     ) -> RunSummary:
-        """Start, resume or skip the run of ``cfg`` (an RL run, or the noise probe)."""
+        """Start, resume or skip the run of ``cfg`` (an RL run, or the noise probe); with
+        ``export_hf`` an HF checkpoint at every evaluated step (``fp8rl.tiny.train.train``)."""
         if cfg.task == "noise_probe":
             return self._probe(cfg, store, experiment, cache_dir)
         return train(
@@ -126,6 +128,7 @@ class TinyBackend:
             rerun_failed=rerun_failed,
             rerun_damaged=rerun_damaged,
             on_step=on_step,
+            export_hf=export_hf,
         )
 
     def _probe(

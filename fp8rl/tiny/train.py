@@ -92,6 +92,9 @@ from fp8rl.runs import (
     RunSummary,
     TrainState,
     atomic_write_text,
+    list_checkpoints,
+    list_hf_exports,
+    load_checkpoint,
 )
 from fp8rl.tiny.batch import (
     Response,
@@ -103,6 +106,7 @@ from fp8rl.tiny.batch import (
     sample_responses,
 )
 from fp8rl.tiny.evaluate import evaluate
+from fp8rl.tiny.export import export_step
 from fp8rl.tiny.progress import progress_bar
 from fp8rl.tiny.sampler import Sampler, response_log_probs
 from fp8rl.tiny.settings import eval_config, max_seq_len, recipe_kwargs, resolve_config, sft_config
@@ -111,7 +115,14 @@ from fp8rl.tiny.tasks import training_mix
 from fp8rl.tiny.timing import PhaseTimer
 from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID
 
-__all__ = ["StepHook", "seed_everything", "train", "train_run"]
+__all__ = [
+    "StepHook",
+    "export_kept_checkpoints",
+    "export_steps",
+    "seed_everything",
+    "train",
+    "train_run",
+]
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +150,7 @@ class Trainer:
     probe: StepBatch | None  # fixed problems with reference solutions (never trained on)
     start: int  # first step to train (> 1 after a resume)
     last_eval: dict[str, float] = field(default_factory=dict)
+    export_hf: bool = False  # an HF checkpoint of the master weights at every eval step
 
     def evaluate(self, step: int) -> dict[str, float]:
         model = self.rollout_model if self.cfg.eval.precision == "rollout" else self.model
@@ -146,6 +158,8 @@ class Trainer:
             model, self.tokenizer, eval_config(self.cfg), max_seq_len=max_seq_len(self.cfg)
         )
         self.run.log_eval(step, result.metrics)
+        if self.export_hf:
+            export_step(self.model, self.tokenizer, self.cfg, self.run.path, step)
         self.model.train()
         self.last_eval = result.metrics
         return result.metrics
@@ -603,7 +617,9 @@ def log_step(
         dump_samples(tr, rec)
     step_eval: dict[str, float] = {}
     if cfg.eval.every and (step % cfg.eval.every == 0 or step == cfg.steps):
-        step_eval = tr.evaluate(step)
+        step_eval = tr.evaluate(step)  # exports too, with export_hf
+    elif tr.export_hf and step == cfg.steps:  # a run that never evaluates: its last step
+        export_step(tr.model, tr.tokenizer, cfg, tr.run.path, step)
     return metrics, step_eval
 
 
@@ -670,12 +686,15 @@ def train_run(
     cache_dir: str | Path | None = None,
     max_steps_this_call: int | None = None,
     on_step: StepHook | None = None,
+    export_hf: bool = False,
 ) -> RunSummary:
-    """The training loop on an open, writable run (``start`` or ``resume``)."""
+    """The training loop on an open, writable run (``start`` or ``resume``); with
+    ``export_hf`` an HF checkpoint of the master weights at every evaluated step."""
     if not run.should_run:
         raise ValueError(f"{run!r} is not to be run (decision {run.decision.value})")
     cfg = resolve_config(cfg)
     tr = set_up(cfg, run, cache_dir)
+    tr.export_hf = export_hf
     if cfg.eval.every and tr.start == 1:
         tr.evaluate(0)  # the SFT base, as verl's val_before_train
     end = (
@@ -711,6 +730,36 @@ def train_run(
     )
 
 
+def export_steps(cfg: RunConfig) -> list[int]:
+    """The steps ``export_hf`` exports: those the run evaluates (0, every ``eval.every``, the
+    last), or the last alone in a run that never evaluates."""
+    every = cfg.eval.every
+    if not every:
+        return [cfg.steps]
+    return sorted({0, *range(every, cfg.steps + 1, every), cfg.steps})
+
+
+def export_kept_checkpoints(
+    cfg: RunConfig, run_dir: Path, cache_dir: str | Path | None = None
+) -> list[int]:
+    """Export the evaluated steps of a finished run that it kept a checkpoint of (always the
+    last step's) and has not exported yet; the master weights of a checkpoint are a plain
+    Qwen3 state dict, loaded strictly into the base model's architecture. Returns the steps
+    exported."""
+    exported = list_hf_exports(run_dir)
+    wanted = set(export_steps(cfg)) - set(exported)
+    kept = [(s, p) for s, p in list_checkpoints(run_dir / "checkpoints") if s in wanted]
+    if not kept:
+        return []
+    base = build_base_model(sft_config(cfg), cache_dir)
+    for step, path in kept:
+        checkpoint = load_checkpoint(path)
+        base.model.load_state_dict(checkpoint.state["model"], strict=True)
+        export_step(base.model, base.tokenizer, cfg, run_dir, step)
+        log.info("%s: exported the checkpoint of step %d", run_dir.name, step)
+    return [s for s, _ in kept]
+
+
 def train(
     cfg: RunConfig,
     store: RunStore | str | Path,
@@ -721,6 +770,7 @@ def train(
     rerun_failed: bool = False,
     rerun_damaged: bool = False,
     on_step: StepHook | None = None,
+    export_hf: bool = False,
 ) -> RunSummary:
     """Run (or resume, or skip) the run of ``cfg`` in ``store`` under ``experiment``.
 
@@ -748,6 +798,8 @@ def train(
         if not run.should_run:
             log.info("%r: nothing to do (%s)", run, run.decision.value)
             info = store.run_info(run.experiment, run.run_id)
+            if export_hf and info.status.value == "done":
+                export_kept_checkpoints(cfg, run.path, cache_dir)
             reason = run.reason or info.reason
             return RunSummary(
                 run.run_id,
@@ -758,5 +810,10 @@ def train(
                 reason=reason,
             )
         return train_run(
-            cfg, run, cache_dir=cache_dir, max_steps_this_call=max_steps_this_call, on_step=on_step
+            cfg,
+            run,
+            cache_dir=cache_dir,
+            max_steps_this_call=max_steps_this_call,
+            on_step=on_step,
+            export_hf=export_hf,
         )

@@ -123,3 +123,29 @@ def test_items_label_names_families_difficulties_and_counts():
     )
     cfg = {"eval": {**base, "limit": None, "difficulties": [2, 3]}}
     assert items_label(cfg).startswith("8 families x difficulties 2-3, every held-out item")
+
+
+def test_lm_eval_rows_are_read_only_when_asked_and_say_what_measured_them(store, tmp_path):
+    """In-loop and lm-eval numbers are different measurements: the default frame (every
+    table's) reads eval.jsonl alone; asked for, lm_eval.jsonl's rows come with their engine,
+    precision and items, so no reader averages across engines by accident."""
+    from fp8rl.runs import LM_EVAL_FILE
+    from fp8rl.runs.jsonl import append_record
+
+    runs = runs_frame(store, "t2")
+    done = runs[runs["state"] == "done"].iloc[0]
+    run_dir = tmp_path / "runs" / "t2" / done["run_id"]
+    row = {"engine": "lm-eval/hf", "precision": "bfloat16", "k": 4, "items": "8 benchmarks",
+           "val-core/add_sub/acc/mean@4": 0.9, "val-core/all/acc/mean@4": 0.9}  # fmt: skip
+    append_record(run_dir / LM_EVAL_FILE, 4, row)
+    default = eval_frame(store, "t2", runs)
+    assert set(default["engine"]) == {"in-loop"} and set(default["k"]) == {1}
+    assert eval_frame(store, "t2", runs, engines=["in-loop"]).equals(default)
+    both = eval_frame(store, "t2", runs, engines=None)
+    lm = both[both["engine"] == "lm-eval/hf"]
+    assert len(lm) == 2 and set(lm["run_id"]) == {done["run_id"]}
+    assert set(lm["precision"]) == {"bfloat16"} and set(lm["items"]) == {"8 benchmarks"}
+    assert lm[lm["family"] == "add_sub"]["value"].tolist() == [0.9]
+    only = eval_frame(store, "t2", runs, engines=["lm-eval/hf"])
+    assert len(only) == 2 and len(both) == len(default) + 2
+    assert set(default["precision"]) == {"rollout"}  # in-loop: the run's eval.precision

@@ -23,7 +23,7 @@ def test_the_tree_composes_into_the_run_config_plus_runtime_keys() -> None:
     assert isinstance(exp, ExperimentConfig) and isinstance(exp, RunConfig)
     assert set(RUNTIME_KEYS) == {
         "experiment_name", "runs_dir", "cache_dir", "threads", "rerun_failed", "rerun_damaged",
-        "max_steps_this_call", "loggers",
+        "max_steps_this_call", "loggers", "export_hf", "lm_eval",
     }  # fmt: skip
     assert type(run_config_of(exp)) is RunConfig
 
@@ -73,6 +73,8 @@ def run_id(overrides: list[str], composer: Composer) -> str:
         ),
         # where and how to run
         ([], ["threads=2", "runs_dir=elsewhere", "max_steps_this_call=3", "rerun_failed=true"]),
+        # exporting HF checkpoints and evaluating them with lm-eval change no number
+        ([], ["export_hf=true", "lm_eval.k=4", "lm_eval.greedy=false", "lm_eval.engine=vllm"]),
         # an integer where a float is expected is the same float
         ([], ["train.lr=0.00001"]),  # the default 1e-5, spelled out
         (["algorithm.eps_low=1e-1"], ["algorithm.eps_low=0.1"]),

@@ -1,6 +1,7 @@
 """fp8rl.experiments is the entry-point room: it plans and launches runs through the backend
-protocol, so it imports the run config, the run store and the analysis room (the search's
-entropy-stability objective is ``fp8rl.analysis.curves``'), but no backend (backends are
+protocol, so it imports the run config, the run store, the analysis room (the search's
+entropy-stability objective is ``fp8rl.analysis.curves``') and the evaluation room (the
+``lm_eval`` settings and the ``--eval`` stage), but no backend (backends are
 loaded by name from ``fp8rl.experiments.backends``' registry); nothing else in fp8rl
 imports it; it logs and returns, never prints or reads argv."""
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 from room_rules import REPO, assert_no_print_or_argv, imported_modules
 
 PACKAGE = REPO / "fp8rl" / "experiments"
-ALLOWED = ("fp8rl.experiments", "fp8rl.config", "fp8rl.runs", "fp8rl.analysis")
+ALLOWED = ("fp8rl.experiments", "fp8rl.config", "fp8rl.runs", "fp8rl.analysis", "fp8rl.evaluation")
 
 
 def test_experiments_imports_only_the_rooms_it_builds_on() -> None:
