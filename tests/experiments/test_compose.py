@@ -28,7 +28,10 @@ def to_run_config(cfg) -> RunConfig:
 
 
 def options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    """A group's options, without the aliases a study selects per backend
+    (``model/<backend>_<study>.yaml``: study/dapo.yaml picks ``model=${backend}_dapo``)."""
+    stems = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    return [s for s in stems if not s.startswith(("tiny_", "verl_"))] if group == "model" else stems
 
 
 PRESETS = [f"+experiment={name}" for name in options("experiment")] + [
