@@ -126,6 +126,7 @@ def run_one(
             rerun_failed=exp.rerun_failed,
             rerun_damaged=exp.rerun_damaged,
             on_step=live.chain(progress),
+            cluster=exp.cluster,
         )
     except RunLockedError as exc:
         log.warning("%s/%s is being run by another process: %s", experiment, run_id, exc)

@@ -24,7 +24,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from fp8rl.config import ConfigError, RunConfig, check_fields, num
+from fp8rl.config import ClusterConfig, ConfigError, RunConfig, check_fields, num
 from fp8rl.experiments.live import LOGGERS
 
 __all__ = [
@@ -57,6 +57,8 @@ class ExperimentConfig(RunConfig):
         ``console`` (the progress line), ``tensorboard``, ``wandb`` (offline unless
         ``WANDB_MODE`` says otherwise); ``fp8rl.experiments.live``. The run store's
         ``metrics.jsonl`` is always written.
+    cluster: the GPU cluster a full-scale run takes (``fp8rl.config.ClusterConfig``: nodes,
+        GPUs, vLLM tensor parallelism, data and model paths); read by the verl backend only.
     """
 
     experiment_name: str = "default"
@@ -67,6 +69,7 @@ class ExperimentConfig(RunConfig):
     rerun_damaged: bool = False
     max_steps_this_call: int | None = num(None, ge=1, null="run to the last step")
     loggers: list[str] = field(default_factory=lambda: ["console"])
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -23,7 +23,7 @@ def test_the_tree_composes_into_the_run_config_plus_runtime_keys() -> None:
     assert isinstance(exp, ExperimentConfig) and isinstance(exp, RunConfig)
     assert set(RUNTIME_KEYS) == {
         "experiment_name", "runs_dir", "cache_dir", "threads", "rerun_failed", "rerun_damaged",
-        "max_steps_this_call", "loggers",
+        "max_steps_this_call", "loggers", "cluster",
     }  # fmt: skip
     assert type(run_config_of(exp)) is RunConfig
 
