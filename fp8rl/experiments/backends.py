@@ -19,8 +19,8 @@ against the model) when a config is resolved, so a grid fails before any point s
 ``check_launch(cfg, exp)`` refuses, before a grid registers any run, a point this machine
 cannot launch (``fp8rl.experiments.preflight.check_launches``).
 
-``tiny`` is :class:`fp8rl.tiny.backend.TinyBackend` (imported when first used); ``verl``
-is registered as not available yet, with the issue that adds it. The grids, run
+``tiny`` is :class:`fp8rl.tiny.backend.TinyBackend` and ``verl`` is
+:class:`fp8rl.verl_ext.backend.VerlBackend` (each imported when first used). The grids, run
 ids, the store and the reports are the same whichever backend runs a config.
 """
 
@@ -120,9 +120,12 @@ class LaunchingBackend(Backend, Protocol):
 
 
 #: Available backends: name -> (module, class).
-AVAILABLE: dict[str, tuple[str, str]] = {"tiny": ("fp8rl.tiny.backend", "TinyBackend")}
+AVAILABLE: dict[str, tuple[str, str]] = {
+    "tiny": ("fp8rl.tiny.backend", "TinyBackend"),
+    "verl": ("fp8rl.verl_ext.backend", "VerlBackend"),
+}
 #: Registered but not available yet: name -> why.
-NOT_AVAILABLE: dict[str, str] = {"verl": "the verl-backend issue (fp8rl.verl_ext) adds it"}
+NOT_AVAILABLE: dict[str, str] = {}
 BACKENDS: tuple[str, ...] = (*AVAILABLE, *NOT_AVAILABLE)
 _LOADED: dict[str, Backend] = {}
 
