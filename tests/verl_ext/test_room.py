@@ -1,0 +1,37 @@
+"""fp8rl.verl_ext is a backend, sibling of fp8rl.tiny (DESIGN.md "Who may import whom"): it
+uses the ground floor (numerics, rl, rewards, runs) and the run config, never the tiny
+backend, the experiment system or the analysis; importing it needs no GPU, no vLLM and no
+Ray cluster; it logs and returns, never prints or reads argv."""
+
+from __future__ import annotations
+
+from room_rules import REPO, assert_no_print_or_argv, imported_modules, modules_loaded_by
+
+PACKAGE = REPO / "fp8rl" / "verl_ext"
+ALLOWED = (
+    "fp8rl.verl_ext",
+    "fp8rl.numerics",
+    "fp8rl.rl",
+    "fp8rl.rewards",
+    "fp8rl.runs",
+    "fp8rl.config",
+)
+
+
+def test_verl_ext_imports_only_the_rooms_a_backend_may_use() -> None:
+    files = sorted(PACKAGE.glob("*.py"))
+    assert len(files) >= 10
+    for file in files:
+        for name, _ in imported_modules(file):
+            if name.split(".")[0] == "fp8rl":
+                assert name.startswith(ALLOWED), f"{file.name} imports {name}"
+
+
+def test_the_backend_imports_on_cpu_without_vllm_and_without_another_room() -> None:
+    watched = "m.startswith(('fp8rl.tiny', 'fp8rl.experiments', 'fp8rl.analysis', 'vllm'))"
+    assert modules_loaded_by("fp8rl.verl_ext.backend", watched) == []
+    assert modules_loaded_by("fp8rl.verl_ext", "m.startswith(('torch', 'verl'))") == []
+
+
+def test_library_code_never_prints_or_reads_argv() -> None:
+    assert_no_print_or_argv(PACKAGE)
