@@ -255,7 +255,10 @@ def _data(o: _Overrides, cfg: RunConfig, files: RunFiles) -> None:
     r = cfg.rollout
     o.set("data.train_files", str(files.train_file()))
     families = cfg.eval.families or []
-    o.set("data.val_files", [str(files.val_file(b)) for b in families] if cfg.eval.every else [])
+    # verl builds a validation loader even when it never validates (batch size = the dataset's
+    # length, so an empty one fails): without evaluation it gets the training file, unused
+    val = [str(files.val_file(b)) for b in families] if cfg.eval.every else [files.train_file()]
+    o.set("data.val_files", [str(v) for v in val])
     o.set("data.prompt_key", "prompt")
     o.set("data.reward_fn_key", "data_source")
     o.set("data.train_batch_size", r.prompts_per_step)

@@ -190,3 +190,12 @@ def test_the_backend_resets_tiny_only_keys_and_says_so(composer) -> None:
     same = resolve_run(composer(["backend=verl", "granularity=blockwise", "train.probe_size=1"]))
     assert same.plain == b.plain  # one run id however the unused keys are spelled
     assert VerlBackend().resolve(b.config)[0] == b.config  # idempotent
+
+
+def test_without_evaluation_verl_still_gets_a_validation_file(composer) -> None:
+    """verl's trainer builds a validation loader of batch size len(dataset) even with
+    test_freq=-1 (trainer_base.py), so an empty val_files would fail at start."""
+    v = values(launch(composer, "eval.every=0"))
+    assert v["data.val_files"] == f"[{RUN}/verl/data/train.parquet]"
+    assert (v["trainer.test_freq"], v["trainer.val_before_train"]) == ("-1", "false")
+    assert v["trainer.validation_data_dir"] == "null"
