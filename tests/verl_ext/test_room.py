@@ -5,6 +5,8 @@ Ray cluster; it logs and returns, never prints or reads argv."""
 
 from __future__ import annotations
 
+import pytest
+
 from room_rules import REPO, assert_no_print_or_argv, imported_modules, modules_loaded_by
 
 PACKAGE = REPO / "fp8rl" / "verl_ext"
@@ -27,10 +29,14 @@ def test_verl_ext_imports_only_the_rooms_a_backend_may_use() -> None:
                 assert name.startswith(ALLOWED), f"{file.name} imports {name}"
 
 
+def test_importing_the_package_loads_neither_torch_nor_verl() -> None:
+    assert modules_loaded_by("fp8rl.verl_ext", "m.startswith(('torch', 'verl'))") == []
+
+
+@pytest.mark.slow  # ~8 s: a fresh interpreter importing verl
 def test_the_backend_imports_on_cpu_without_vllm_and_without_another_room() -> None:
     watched = "m.startswith(('fp8rl.tiny', 'fp8rl.experiments', 'fp8rl.analysis', 'vllm'))"
     assert modules_loaded_by("fp8rl.verl_ext.backend", watched) == []
-    assert modules_loaded_by("fp8rl.verl_ext", "m.startswith(('torch', 'verl'))") == []
 
 
 def test_library_code_never_prints_or_reads_argv() -> None:
