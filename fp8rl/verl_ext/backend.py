@@ -141,12 +141,23 @@ class VerlBackend:
         rerun_damaged: bool = False,
         on_step: Callable[[int, dict[str, float]], None] | None = None,
         cluster: ClusterConfig | None = None,
+        export_hf: bool = False,
     ) -> RunSummary:
         """Start, resume or skip the run of ``cfg``. A run that would start is first checked
         (:func:`fp8rl.verl_ext.launch.launch_problems`): on a machine without verl's GPU
         stack, with benchmark files missing, or needing issue 18's hooks, it is refused
         (ConfigError) before anything is written. ``cache_dir`` is not read (verl caches
-        the Hugging Face weights itself)."""
+        the Hugging Face weights itself). ``export_hf`` (the evaluation stage's HF checkpoints
+        at each evaluated step) is refused: verl writes FSDP checkpoints
+        (``<run>/verl/checkpoints/global_step_<n>/actor``) and turning them into HF ones
+        (``python -m verl.model_merger``) is not wired in yet."""
+        if export_hf:
+            raise ConfigError(
+                "export_hf=true on the verl backend: verl writes FSDP checkpoints "
+                "(<run>/verl/checkpoints/global_step_<n>/actor); merge one into a Hugging Face "
+                "checkpoint with `python -m verl.model_merger merge --backend fsdp --local_dir "
+                "<that actor dir> --target_dir <out>` (not wired into export_hf yet)"
+            )
         if max_steps_this_call is not None:
             raise ConfigError("max_steps_this_call: not on the verl backend (check_runtime)")
         cfg = resolve_config(cfg)[0]

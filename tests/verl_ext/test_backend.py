@@ -105,3 +105,11 @@ def test_sweep_s_preflight_refuses_a_grid_it_cannot_launch_but_plans_its_dry_run
         preflight(args)
     assert len(preflight(args, write=False).plan.points) == 8  # --dry-run, --status
     assert not (tmp_path / "runs").exists()
+
+
+def test_export_hf_is_refused_naming_verl_s_own_merger(tmp_path) -> None:
+    """The evaluation stage's HF exports (a runtime key on main's protocol) are not wired to
+    verl's FSDP checkpoints yet: refused, not silently skipped."""
+    r = resolved(tmp_path)
+    with pytest.raises(ConfigError, match=r"export_hf=true on the verl backend.*model_merger"):
+        start(r, VerlBackend(), export_hf=True)
