@@ -53,7 +53,7 @@ from fp8rl.experiments.dispatch import run_one
 from fp8rl.experiments.grid import one_line
 from fp8rl.experiments.lm_eval_stage import StageJob, plan_stage, run_stage, stage_table
 from fp8rl.experiments.preflight import check_runs_dir, preflight
-from fp8rl.experiments.progress import grid_report, plan_table, report_table
+from fp8rl.experiments.progress import grid_report, launch_details, plan_table, report_table
 from fp8rl.experiments.run_report import run_summary
 from fp8rl.experiments.schema import ConfigError, register_configs
 from fp8rl.experiments.search import SearchSpecError, load_search_spec, run_search
@@ -170,6 +170,12 @@ def offline(flag: str, overrides: list[str], debug: bool = False) -> int:
     workers = launcher_workers(primary)
     if flag == "--dry-run":
         console.print(plan_table(plan, workers=workers))
+        try:
+            details = launch_details(plan)  # a cluster backend's commands, as they are
+        except ConfigError as exc:
+            return fail("config", exc, debug)
+        if details:
+            print("\n" + details)
         return 0
     experiments = sorted({(str(primary.runs_dir), p.experiment) for p in plan.points})
     for runs_dir, experiment in experiments:

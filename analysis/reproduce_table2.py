@@ -29,6 +29,7 @@ from fp8rl.analysis.reproduce import SIZES, STUDY_PROTOCOL, plan_table2  # noqa:
 from fp8rl.analysis.study_report import StudySpec  # noqa: E402
 from fp8rl.config import ConfigError  # noqa: E402
 from fp8rl.experiments.backends import get_backend  # noqa: E402
+from fp8rl.experiments.preflight import preflight  # noqa: E402
 
 SCALE_NOTES = {
     "quick": "**Size: quick** (the test preset: a 30-step SFT base that answers nothing, 2 RL "
@@ -105,6 +106,9 @@ def main() -> int:
             results_dir=args.results_dir,
             report_dir=args.report_dir,
         )
+        if args.backend != "tiny" and not args.report_only:
+            for grid in plan.grids:  # a cluster backend refuses before any grid starts
+                preflight(grid)
     except ConfigError as exc:
         print(f"reproduce-table2: {exc}", file=sys.stderr)
         return 2

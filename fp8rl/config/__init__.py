@@ -5,10 +5,13 @@ backends, which read it, and ``experiments``, which composes it with Hydra. Modu
 
 - :mod:`~fp8rl.config.fields`: ``num``/``choice`` (a field's accepted values, declared
   once), ``check_fields`` and ``ConfigError``;
+- :mod:`~fp8rl.config.cluster`: :class:`ClusterConfig`, where a full-scale run runs (the
+  experiment tree's runtime ``cluster.*`` keys; never in a run id);
 - :mod:`~fp8rl.config.run`: the groups, :class:`RunConfig`, its cross-group checks,
   ``resolve`` (derived values, unused settings) and ``override`` (dotted-key changes).
 """
 
+from fp8rl.config.cluster import ClusterConfig
 from fp8rl.config.fields import ConfigError, Range, check_fields, choice, num
 from fp8rl.config.run import (
     BACKENDS,
@@ -39,6 +42,7 @@ __all__ = [
     "AlgorithmConfig",
     "BackendConfig",
     "ClippingConfig",
+    "ClusterConfig",
     "ConfigError",
     "EvalSettings",
     "GranularityConfig",

@@ -6,14 +6,25 @@ A backend is anything with this small protocol (:class:`Backend`):
   any compute) and the "derive it" values filled in; the run id is the run store's hash
   of ``resolved.to_dict()``, so a run has one id however it was spelled;
 - ``run(cfg, store, experiment, *, cache_dir, max_steps_this_call, rerun_failed, rerun_damaged,
-  on_step, export_hf) -> RunSummary``: start, resume or skip the run in the store; with
-  ``export_hf`` the backend writes a standard HF checkpoint into ``<run>/hf/step_<n>/``
-  (``fp8rl.runs.hf_export_dir``) at the steps it evaluates, for ``fp8rl.evaluation``;
-- ``cost(cfg, cache_dir) -> RunCost``: its cost model, for grid plans and ETAs.
+  on_step, cluster, export_hf) -> RunSummary``: start, resume or skip the run in the store
+  (``cluster``: the experiment's :class:`fp8rl.config.ClusterConfig`, for backends that
+  launch on one); with ``export_hf`` the backend writes a standard HF checkpoint into
+  ``<run>/hf/step_<n>/`` (``fp8rl.runs.hf_export_dir``) at the steps it evaluates, for
+  ``fp8rl.evaluation``;
+- ``cost(cfg, cache_dir, cluster) -> RunCost``: its cost model, for grid plans and ETAs
+  (``cluster``: where a launching backend's run would take its GPUs).
 
-``tiny`` is :class:`fp8rl.tiny.backend.TinyBackend` (imported when first used: it loads
-torch); ``verl`` is registered as not available yet, with the issue that adds it. The
-grids, run ids, the store and the reports are the same whichever backend runs a config.
+Two optional methods, for backends that launch elsewhere (:class:`LaunchingBackend`):
+``check_runtime(cfg, exp)`` checks the runtime keys it reads (verl: the ``cluster`` layout
+against the model) when a config is resolved, so a grid fails before any point starts; and
+``describe(cfg, exp, run_dir) -> str`` says exactly what a run would launch (verl: the
+``main_ppo`` command and the resolved verl config), for ``sweep.py --dry-run``; and
+``check_launch(cfg, exp)`` refuses, before a grid registers any run, a point this machine
+cannot launch (``fp8rl.experiments.preflight.check_launches``).
+
+``tiny`` is :class:`fp8rl.tiny.backend.TinyBackend` and ``verl`` is
+:class:`fp8rl.verl_ext.backend.VerlBackend` (each imported when first used). The grids, run
+ids, the store and the reports are the same whichever backend runs a config.
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ from typing import Any, Protocol
 
 from omegaconf import DictConfig
 
-from fp8rl.config import ConfigError, RunConfig
+from fp8rl.config import ClusterConfig, ConfigError, RunConfig
 from fp8rl.experiments.schema import ExperimentConfig, run_config_of, validate
 from fp8rl.runs import RunStore, RunSummary
 
@@ -35,6 +46,7 @@ __all__ = [
     "BACKENDS",
     "NOT_AVAILABLE",
     "Backend",
+    "LaunchingBackend",
     "ResolvedRun",
     "RunCost",
     "get_backend",
@@ -81,16 +93,43 @@ class Backend(Protocol):
         rerun_failed: bool = False,
         rerun_damaged: bool = False,
         on_step: Callable[[int, dict[str, float]], None] | None = None,
+        cluster: ClusterConfig | None = None,
         export_hf: bool = False,
     ) -> RunSummary: ...
 
-    def cost(self, cfg: RunConfig, cache_dir: str | Path | None = None) -> RunCost: ...
+    def cost(
+        self,
+        cfg: RunConfig,
+        cache_dir: str | Path | None = None,
+        cluster: ClusterConfig | None = None,
+    ) -> RunCost: ...
+
+
+class LaunchingBackend(Backend, Protocol):
+    """A backend that launches a run elsewhere (a GPU cluster): it checks the runtime keys it
+    reads, and can say what it would launch without launching it."""
+
+    def check_runtime(self, cfg: RunConfig, exp: ExperimentConfig) -> None:
+        """ConfigError when ``exp``'s runtime keys cannot run the resolved ``cfg``."""
+        ...
+
+    def describe(self, cfg: RunConfig, exp: ExperimentConfig, run_dir: Path) -> str:
+        """What running ``cfg`` into ``run_dir`` would launch, as text a user can run."""
+        ...
+
+    def check_launch(self, cfg: RunConfig, exp: ExperimentConfig) -> None:
+        """ConfigError when ``cfg`` cannot be launched from this machine (what is missing,
+        and the fix); nothing is written."""
+        ...
 
 
 #: Available backends: name -> (module, class).
-AVAILABLE: dict[str, tuple[str, str]] = {"tiny": ("fp8rl.tiny.backend", "TinyBackend")}
+AVAILABLE: dict[str, tuple[str, str]] = {
+    "tiny": ("fp8rl.tiny.backend", "TinyBackend"),
+    "verl": ("fp8rl.verl_ext.backend", "VerlBackend"),
+}
 #: Registered but not available yet: name -> why.
-NOT_AVAILABLE: dict[str, str] = {"verl": "the verl-backend issue (fp8rl.verl_ext) adds it"}
+NOT_AVAILABLE: dict[str, str] = {}
 BACKENDS: tuple[str, ...] = (*AVAILABLE, *NOT_AVAILABLE)
 _LOADED: dict[str, Backend] = {}
 
@@ -124,7 +163,9 @@ class ResolvedRun:
         return self.config.to_dict()
 
     def cost(self) -> RunCost:
-        return self.backend.cost(self.config, self.experiment.cache_dir)
+        return self.backend.cost(
+            self.config, self.experiment.cache_dir, cluster=self.experiment.cluster
+        )
 
 
 def resolve_run(cfg: DictConfig | ExperimentConfig) -> ResolvedRun:
@@ -133,4 +174,7 @@ def resolve_run(cfg: DictConfig | ExperimentConfig) -> ResolvedRun:
     exp = cfg if isinstance(cfg, ExperimentConfig) else validate(cfg)
     backend = get_backend(exp.backend.name)
     resolved, unused = backend.resolve(run_config_of(exp))
+    check_runtime = getattr(backend, "check_runtime", None)
+    if check_runtime is not None:
+        check_runtime(resolved, exp)
     return ResolvedRun(exp, resolved, unused, backend)

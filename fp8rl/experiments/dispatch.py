@@ -127,6 +127,7 @@ def run_one(
             rerun_failed=exp.rerun_failed,
             rerun_damaged=exp.rerun_damaged,
             on_step=live.chain(progress),
+            cluster=exp.cluster,
             export_hf=exp.export_hf,
         )
     except RunLockedError as exc:

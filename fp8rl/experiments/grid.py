@@ -115,12 +115,16 @@ class CostModel:
         found = self.measured.get(_cost_key(cfg, threads))  # type: ignore[arg-type]
         return statistics.median(found) if found else None
 
-    def step_seconds(self, cfg: RunConfig, threads: int | None) -> tuple[float, str]:
-        """(seconds per step, where the number comes from) for a resolved run config."""
+    def step_seconds(
+        self, cfg: RunConfig, threads: int | None, cost: RunCost | None = None
+    ) -> tuple[float, str]:
+        """(seconds per step, where the number comes from) for a resolved run config;
+        ``cost``: its backend's cost model (the default when nothing was measured)."""
         found = self.measured.get(_cost_key(cfg, threads))  # type: ignore[arg-type]
         if found:
             return statistics.median(found), f"measured ({len(found)} runs)"
-        return get_backend(cfg.backend.name).cost(cfg).default_step_s(), "default"
+        cost = cost or get_backend(cfg.backend.name).cost(cfg)
+        return cost.default_step_s(), "default"
 
 
 def stored_config(info: RunInfo) -> RunConfig | None:
@@ -339,7 +343,8 @@ def plan_resolved(
     task = run_cfg.task
     steps = run_cfg.steps if task == "train" else 0
     costs = costs or CostModel()
-    step_s, source = costs.step_seconds(run_cfg, threads)
+    cost = resolved.cost()
+    step_s, source = costs.step_seconds(run_cfg, threads, cost)
     action, status, reason, done = "start", None, "", 0
     if has_run_files(path):  # a status, or results without one (damaged: never "start")
         info = known.get(run_id) if known is not None else None
@@ -353,7 +358,6 @@ def plan_resolved(
         )
     elif _has_stale(store, experiment, plain):
         action = "stale"
-    cost = resolved.cost()
     point = GridPoint(
         index=index,
         overrides=list(overrides or []),

@@ -20,10 +20,10 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from fp8rl.experiments.compose import Composer, compose_grid, fixed_overrides
-from fp8rl.experiments.grid import GridPlan, one_line, plan_grid
+from fp8rl.experiments.grid import GridPlan, grid_error, one_line, plan_grid
 from fp8rl.experiments.schema import ConfigError
 
-__all__ = ["MULTIRUN_FLAGS", "Preflight", "check_runs_dir", "preflight"]
+__all__ = ["MULTIRUN_FLAGS", "Preflight", "check_launches", "check_runs_dir", "preflight"]
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 
@@ -95,6 +95,24 @@ def preflight(argv: list[str], *, write: bool = True) -> Preflight:
             for runs_dir in sorted({str(cfg.runs_dir) for _, cfg in points}):
                 check_runs_dir(runs_dir, write=write)
             plan = plan_grid(points)
+            if write:
+                check_launches(plan)
     except ConfigError as exc:
         raise ConfigError(one_line(str(exc))) from None
     return Preflight(primary, plan, multirun)
+
+
+def check_launches(plan: GridPlan) -> None:
+    """ConfigError listing the points that would run but whose backend cannot launch them
+    from here (each distinct reason once, with its points)."""
+    errors: dict[str, list[int]] = {}
+    for p in plan.points:
+        check = getattr(p.resolved.backend, "check_launch", None)
+        if check is None or not p.runs:
+            continue
+        try:
+            check(p.resolved.config, p.resolved.experiment)
+        except ConfigError as exc:
+            errors.setdefault(one_line(str(exc)), []).append(p.index)
+    if errors:
+        raise ConfigError(grid_error(errors, len(plan.points)))

@@ -53,6 +53,7 @@ __all__ = [
     "ReportRow",
     "format_seconds",
     "grid_report",
+    "launch_details",
     "plan_table",
     "report_table",
     "summary_line",
@@ -340,6 +341,29 @@ def plan_table(plan: GridPlan, *, workers: int = 1) -> Table:
     if notes:
         table.caption += "\nnot used, left out of the run: " + "; ".join(notes)
     return table
+
+
+def launch_details(plan: GridPlan) -> str:
+    """What the points of a backend that launches elsewhere would run (the backend's
+    ``describe``: for verl the ``main_ppo`` command as a user can paste it), then the
+    backend's resolved config of the first such point (``describe_config``); '' when no
+    point's backend launches (the tiny backend runs in process)."""
+    blocks, first = [], None
+    for p in plan.points:
+        describe = getattr(p.resolved.backend, "describe", None)
+        if describe is None or p.action == "duplicate":
+            continue
+        head = f"# point #{p.index} ({plan.label(p)}): {p.experiment}/{p.run_id}, {p.action}"
+        blocks.append(head + "\n" + describe(p.resolved.config, p.resolved.experiment, p.path))
+        first = first or p
+    describe_config = getattr(first.resolved.backend, "describe_config", None) if first else None
+    if first is not None and describe_config is not None:
+        blocks.append(
+            f"# The {first.resolved.backend.name} config point #{first.index} runs with (the "
+            "other points differ only in their overrides above):\n"
+            + describe_config(first.resolved.config, first.resolved.experiment, first.path)
+        )
+    return "\n\n".join(blocks)
 
 
 def to_text(*renderables: RenderableType, width: int = 140) -> str:

@@ -24,7 +24,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from fp8rl.config import ConfigError, RunConfig, check_fields, num
+from fp8rl.config import ClusterConfig, ConfigError, RunConfig, check_fields, num
 from fp8rl.evaluation.settings import LmEvalSettings
 from fp8rl.experiments.live import LOGGERS
 
@@ -63,6 +63,8 @@ class ExperimentConfig(RunConfig):
         done exports the evaluated steps it kept a checkpoint of. Changes no number.
     lm_eval: how ``sweep.py --eval`` evaluates the exported checkpoints with lm-eval
         (:class:`fp8rl.evaluation.settings.LmEvalSettings`; docs/evaluation.md).
+    cluster: the GPU cluster a full-scale run takes (``fp8rl.config.ClusterConfig``: nodes,
+        GPUs, vLLM tensor parallelism, data and model paths); read by the verl backend only.
     """
 
     experiment_name: str = "default"
@@ -75,6 +77,7 @@ class ExperimentConfig(RunConfig):
     loggers: list[str] = field(default_factory=lambda: ["console"])
     export_hf: bool = False
     lm_eval: LmEvalSettings = field(default_factory=LmEvalSettings)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from fp8rl.config import RunConfig
+from fp8rl.config import ClusterConfig, RunConfig
 from fp8rl.runs import RunStatus, RunStore, RunSummary
 from fp8rl.tiny.noise import noise_probe
 from fp8rl.tiny.settings import resolve_reporting_unused, sft_config
@@ -99,7 +99,13 @@ class TinyBackend:
         """Validated (ConfigError before any compute) and resolved, with what was reset."""
         return resolve_reporting_unused(cfg)
 
-    def cost(self, cfg: RunConfig, cache_dir: str | Path | None = None) -> TinyCost:
+    def cost(
+        self,
+        cfg: RunConfig,
+        cache_dir: str | Path | None = None,
+        cluster: ClusterConfig | None = None,
+    ) -> TinyCost:
+        """The cost model of ``cfg`` (``cluster`` is not read: runs are in this process)."""
         return TinyCost(cfg, cache_dir)
 
     def run(
@@ -113,10 +119,12 @@ class TinyBackend:
         rerun_failed: bool = False,
         rerun_damaged: bool = False,
         on_step: StepHook | None = None,
+        cluster: ClusterConfig | None = None,
         export_hf: bool = False,
     ) -> RunSummary:
         """Start, resume or skip the run of ``cfg`` (an RL run, or the noise probe); with
-        ``export_hf`` an HF checkpoint at every evaluated step (``fp8rl.tiny.train.train``)."""
+        ``export_hf`` an HF checkpoint at every evaluated step (``fp8rl.tiny.train.train``).
+        ``cluster`` is not read: the tiny backend runs in this process."""
         if cfg.task == "noise_probe":
             return self._probe(cfg, store, experiment, cache_dir)
         return train(

@@ -1,5 +1,20 @@
-"""The verl backend: fp8rl's method inside verl (FSDP actor, vLLM rollout, Ray).
+"""The verl backend: the paper's full-scale runs on verl + vLLM on Ray (docs/verl_backend.md),
+and fp8rl's method inside verl (FSDP actor, vLLM rollout).
 
-Modules are imported on demand (``import fp8rl.verl_ext.dist_calibration``); this package
-imports nothing heavy itself.
+A backend room, sibling of ``fp8rl.tiny``: it uses ``numerics``, ``rl``, ``rewards``, ``runs``
+and ``config``, never ``tiny`` or ``experiments``. Modules (import them directly; this file
+imports nothing, so ``import fp8rl.verl_ext`` stays cheap):
+
+- ``backend``: :class:`~fp8rl.verl_ext.backend.VerlBackend`, the ``backend=verl`` protocol;
+- ``settings``: its checks, resolution and the run-config keys it does not read;
+- ``presets``: the models it knows (Hugging Face ids, architecture facts);
+- ``translate``: a resolved run config -> the ``python -m verl.trainer.main_ppo`` overrides;
+- ``verl_config``: verl's own config composed and built offline (the translation's check);
+- ``hooks``: the config classes issue 18 (part 2) implements, refusing until then;
+- ``data``: the shared benchmark files and verl's parquet; ``reward``: the math reward;
+- ``launch``: running verl into the run store; ``ingest``: verl's logs -> the run store;
+- ``cost``: GPU time per step, an estimate;
+- ``dist_calibration``: Calibrated Clipping over the global batch of data-parallel ranks;
+- ``rollout_quant``, ``vllm_rollout``, ``vllm_plugin``: vLLM rollout weights per tensor,
+  channel or 128x128 block, and the hook that installs them on each weight sync.
 """

@@ -48,7 +48,7 @@ def test_plan_sizes_grids_and_folders(tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--backend", "verl"], "backend=verl is not available yet"),
+        (["--backend", "verl"], "cannot launch on the verl backend here"),  # no GPU stack
         (["--seeds", "one"], "SEEDS='one'"),
     ],
 )

@@ -23,19 +23,27 @@ def test_the_tree_composes_into_the_run_config_plus_runtime_keys() -> None:
     assert isinstance(exp, ExperimentConfig) and isinstance(exp, RunConfig)
     assert set(RUNTIME_KEYS) == {
         "experiment_name", "runs_dir", "cache_dir", "threads", "rerun_failed", "rerun_damaged",
-        "max_steps_this_call", "loggers", "export_hf", "lm_eval",
+        "max_steps_this_call", "loggers", "export_hf", "lm_eval", "cluster",
     }  # fmt: skip
     assert type(run_config_of(exp)) is RunConfig
 
 
-def test_the_tiny_backend_is_the_default_and_verl_is_refused_before_compute() -> None:
+def test_the_tiny_backend_is_the_default_and_verl_is_available() -> None:
     assert isinstance(get_backend("tiny"), TinyBackend)
     assert resolve_run(compose()).backend is get_backend("tiny")
-    with pytest.raises(ConfigError, match="backend=verl is not available yet: the verl-backend"):
-        resolve_run(compose(["backend=verl"]))
+    verl = resolve_run(compose(["backend=verl"]))  # its own model: the paper's 8B
+    assert verl.backend is get_backend("verl") and verl.backend.name == "verl"
+    assert verl.config.model.preset == "Qwen/Qwen3-8B-Base"
     with pytest.raises(ConfigError, match="unknown"):
         get_backend("jax")
     assert set(BACKENDS) == {"tiny", "verl"}
+
+
+def test_a_model_of_the_other_backend_is_refused_naming_the_presets() -> None:
+    with pytest.raises(ConfigError, match=r"model\.preset='tiny-s': the verl backend knows"):
+        resolve_run(compose(["backend=verl", "model=tiny-s"]))
+    with pytest.raises(ConfigError, match=r"model\.preset='Qwen/Qwen3-8B-Base': the tiny backend"):
+        resolve_run(compose(["model=qwen3-8b-base"]))
 
 
 def test_the_backend_checks_what_only_it_knows() -> None:

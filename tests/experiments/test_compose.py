@@ -28,7 +28,15 @@ def to_run_config(cfg) -> RunConfig:
 
 
 def options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    """A group's options, without the aliases a study selects per backend
+    (``model/<backend>_<study>.yaml``: study/dapo.yaml picks ``model=${backend}_dapo``)."""
+    stems = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    return [s for s in stems if not s.startswith(("tiny_", "verl_"))] if group == "model" else stems
+
+
+#: Model presets and the backend that knows them.
+TINY_MODELS = ("tiny-l", "tiny-m", "tiny-s", "tiny-test")
+VERL_MODELS = ("qwen2.5-32b", "qwen3-0.6b-base", "qwen3-14b-base", "qwen3-8b-base")
 
 
 PRESETS = [f"+experiment={name}" for name in options("experiment")] + [
@@ -45,7 +53,7 @@ def test_the_tree_has_the_issues_options() -> None:
         "tensorwise",
     ]
     assert options("algorithm") == ["dapo", "grpo"]
-    assert options("model") == ["tiny-l", "tiny-m", "tiny-s", "tiny-test"]
+    assert options("model") == sorted((*TINY_MODELS, *VERL_MODELS))
     assert options("clipping") == ["calibrated", "cispo", "lower_only", "standard"]
     assert options("backend") == ["tiny", "verl"]
     assert {"+experiment=table2", "+experiment=dapo_table", "+experiment=test"} <= set(PRESETS)
@@ -53,29 +61,43 @@ def test_the_tree_has_the_issues_options() -> None:
 
 
 def pairwise_combinations() -> list[dict[str, str]]:
-    """A covering set: every pair of options of two groups appears in some combination."""
-    values = {g: options(g) for g in GROUPS}
+    """A covering set: every pair of options of two groups appears in some combination, the
+    models paired with their own backend's options (a model of the other backend is one
+    refusal per pair: test_a_model_composes_only_on_its_backend)."""
+    return [
+        {**pick, "backend": backend}
+        for backend, models in (("tiny", TINY_MODELS), ("verl", VERL_MODELS))
+        for pick in _cover({g: options(g) for g in GROUPS if g != "backend"} | {"model": models})
+    ]
+
+
+def _cover(values: dict[str, list[str] | tuple[str, ...]]) -> list[dict[str, str]]:
+    groups = tuple(values)
     uncovered = {
         (g1, v1, g2, v2)
-        for g1, g2 in itertools.combinations(GROUPS, 2)
+        for g1, g2 in itertools.combinations(groups, 2)
         for v1 in values[g1]
         for v2 in values[g2]
     }
+    combos = [dict(zip(groups, c, strict=True)) for c in itertools.product(*values.values())]
+
+    def pairs(pick: dict[str, str]) -> set[tuple[str, str, str, str]]:
+        return {(g1, pick[g1], g2, pick[g2]) for g1, g2 in itertools.combinations(groups, 2)}
+
     chosen = []
-    for combo in itertools.product(*(values[g] for g in GROUPS)):
-        pick = dict(zip(GROUPS, combo, strict=True))
-        pairs = {(g1, pick[g1], g2, pick[g2]) for g1, g2 in itertools.combinations(GROUPS, 2)}
-        if pairs & uncovered:
-            chosen.append(pick)
-            uncovered -= pairs
+    while uncovered:  # greedy: the combination that covers the most pairs still uncovered
+        best = max(combos, key=lambda pick: len(pairs(pick) & uncovered))
+        chosen.append(best)
+        uncovered -= pairs(best)
     assert not uncovered
     return chosen
 
 
 def check_combination(composer: Composer, pick: dict[str, str]) -> None:
     cfg = composer([f"{g}={v}" for g, v in pick.items()])
-    if pick["backend"] == "verl":
-        with pytest.raises(ConfigError, match=r"backend=verl is not available yet.*backend=tiny"):
+    known = TINY_MODELS if pick["backend"] == "tiny" else VERL_MODELS
+    if pick["model"] not in known:
+        with pytest.raises(ConfigError, match=rf"the {pick['backend']} backend knows"):
             to_run_config(cfg)
         return
     run = to_run_config(cfg)
@@ -92,7 +114,8 @@ def check_combination(composer: Composer, pick: dict[str, str]) -> None:
     assert (a.eps_low, a.eps_high) == {"grpo": (0.2, 0.2), "dapo": (0.2, 0.28)}[pick["algorithm"]]
     assert a.dynamic_sampling == (pick["algorithm"] == "dapo")
     assert (run.overlong_buffer is not None) == (pick["algorithm"] == "dapo")
-    assert run.model.preset == pick["model"]
+    preset = cfg.model.preset  # the model file's (verl: the Hugging Face id)
+    assert run.model.preset == preset and (preset == pick["model"]) == (pick["backend"] == "tiny")
     calibrated = pick["clipping"] in ("calibrated", "lower_only")
     assert c.mode == ("calibrated" if calibrated else "standard")
     assert c.lower_only == (pick["clipping"] == "lower_only")
@@ -101,10 +124,18 @@ def check_combination(composer: Composer, pick: dict[str, str]) -> None:
 
 def test_every_pair_of_group_options_composes_and_builds() -> None:
     picks = pairwise_combinations()
-    assert 20 <= len(picks) < 80  # a greedy cover of every pair of options
+    assert 40 <= len(picks) < 60  # a greedy cover of every pair of options, per backend
     with Composer() as composer:
         for pick in picks:
             check_combination(composer, pick)
+
+
+def test_a_model_composes_only_on_its_backend() -> None:
+    with Composer() as composer:
+        for backend, models in (("tiny", VERL_MODELS), ("verl", TINY_MODELS)):
+            for model in models:
+                pick = {"granularity": "bf16", "algorithm": "grpo", "clipping": "standard"}
+                check_combination(composer, {**pick, "model": model, "backend": backend})
 
 
 @pytest.mark.slow
@@ -247,7 +278,8 @@ def test_composition_refuses_with_hydras_reason(overrides: list[str], message: s
             ["rollout.max_new_tokens=1000"],
             r"rollout.max_new_tokens=1000 exceeds model 'tiny-s'.s budget",
         ),
-        (["backend=verl"], r"backend=verl is not available yet: the verl-backend issue"),
+        (["backend=verl", "model=tiny-s"], r"model.preset='tiny-s': the verl backend knows"),
+        (["model=qwen3-8b-base"], r"model.preset='Qwen/Qwen3-8B-Base': the tiny backend knows"),
         (["clipping=calibrated", "clipping.loss=vanilla"], r"clipping.loss=vanilla clips at"),
     ],
 )

@@ -53,7 +53,10 @@ def test_a_run_held_by_another_opener_is_reported_not_run(tmp_path: Path, cache:
     assert not list((held.path / "checkpoints").iterdir())
 
 
-def test_the_verl_backend_is_refused_before_any_compute(tmp_path: Path, cache: Path) -> None:
-    with pytest.raises(ConfigError, match="not available yet"):
-        run_one(cfg(tmp_path, cache, "backend=verl"))
+def test_a_verl_run_without_the_gpu_stack_is_refused_before_anything_is_written(
+    tmp_path: Path, cache: Path
+) -> None:
+    data = f"cluster.data_dir={tmp_path / 'no-data'}"
+    with pytest.raises(ConfigError, match=r"(?s)cannot launch.*GPU stack is missing.*CUDA"):
+        run_one(cfg(tmp_path, cache, "backend=verl", data))
     assert not (tmp_path / "runs").exists()

@@ -1,0 +1,211 @@
+"""``backend=verl`` behind the experiment system's protocol (``fp8rl.experiments.backends``):
+resolve a run config, check the cluster layout, say what a run would launch, run it on Ray
+into the run store, and estimate its cost. Same run ids and store as the tiny backend: the
+run id is the store's hash of the resolved config."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from fp8rl.config import ClusterConfig, ConfigError, RunConfig
+from fp8rl.runs import RunStore, RunSummary
+from fp8rl.verl_ext.cost import VerlCost
+from fp8rl.verl_ext.hooks import HOOKS, missing_hooks
+from fp8rl.verl_ext.launch import POLL_S, launch_problems, run_verl
+from fp8rl.verl_ext.presets import get_model
+from fp8rl.verl_ext.settings import resolve_config
+from fp8rl.verl_ext.translate import RunFiles, VerlLaunch, translate
+
+__all__ = ["VerlBackend"]
+
+logger = logging.getLogger(__name__)
+
+
+class VerlBackend:
+    """``backend=verl``: verl's ``main_ppo`` on a GPU cluster (docs/verl_backend.md).
+
+    python: the interpreter that runs ``-m verl.trainer.main_ppo`` (this one by default);
+    poll_s: seconds between two ingestions of a running verl's outputs.
+    """
+
+    name = "verl"
+
+    def __init__(self, python: str = sys.executable, poll_s: float = POLL_S) -> None:
+        self.python, self.poll_s = python, poll_s
+
+    def resolve(self, cfg: RunConfig) -> tuple[RunConfig, dict[str, str]]:
+        """Validated (ConfigError before any compute) and resolved, with what was reset."""
+        return resolve_config(cfg)
+
+    def check_runtime(self, cfg: RunConfig, exp: Any) -> None:
+        """The experiment's runtime keys against the resolved ``cfg``: the cluster layout
+        (vLLM tensor parallelism against the model's key-value heads, verl's mini-batch
+        against the data-parallel ranks) and the keys verl cannot honour."""
+        c: ClusterConfig = exp.cluster
+        model = get_model(cfg.model.preset)
+        if model.kv_heads % c.rollout_tp:
+            raise ConfigError(
+                f"cluster.rollout_tp={c.rollout_tp} does not divide the {model.kv_heads} "
+                f"key-value heads of {cfg.model.preset}"
+            )
+        mini = cfg.rollout.prompts_per_step // cfg.train.ppo_mini_batches * cfg.rollout.n_samples
+        if mini % c.n_gpus:
+            raise ConfigError(
+                f"a PPO mini-batch of {mini} responses (rollout.prompts_per_step / "
+                f"train.ppo_mini_batches x rollout.n_samples) does not split over the "
+                f"{c.n_gpus} GPUs (cluster.nnodes x cluster.gpus_per_node)"
+            )
+        if exp.max_steps_this_call is not None:
+            raise ConfigError(
+                "max_steps_this_call is the tiny backend's: verl runs to the last step and an "
+                "interrupted run resumes from verl's own newest checkpoint"
+            )
+        self.launch(cfg, exp, Path(exp.runs_dir) / exp.experiment_name / "<run id>")
+
+    def check_launch(self, cfg: RunConfig, exp: Any) -> None:
+        """ConfigError when ``cfg`` cannot be launched from here (``sweep.py`` asks before a
+        grid registers any run): :func:`fp8rl.verl_ext.launch.launch_problems`."""
+        launch = self.launch(cfg, exp, Path(exp.runs_dir) / exp.experiment_name / "<run id>")
+        problems = launch_problems(launch, exp.cluster)
+        if problems:
+            raise ConfigError("cannot launch on the verl backend here: " + " | ".join(problems))
+
+    def launch(self, cfg: RunConfig, exp: Any, run_dir: Path) -> VerlLaunch:
+        """The translated launch of ``cfg`` writing into ``run_dir``."""
+        files = RunFiles(Path(run_dir).absolute())
+        return translate(
+            cfg, exp.cluster, files, experiment=exp.experiment_name, run_id=Path(run_dir).name
+        )
+
+    def describe(self, cfg: RunConfig, exp: Any, run_dir: Path) -> str:
+        """What ``sweep.py`` runs for ``cfg``: the data command, then the verl command (both
+        as a cluster user could run them by hand), what the run needs, and its cost."""
+        launch = self.launch(cfg, exp, run_dir)
+        files = RunFiles(Path(run_dir).absolute())
+        data = [
+            "python", "scripts/verl_prepare_data.py", "--data-dir", str(exp.cluster.data_dir),
+            "--out", str(files.data_dir), "--benchmarks", *launch.benchmarks,
+        ]  # fmt: skip
+        if cfg.eval.limit is not None and launch.benchmarks:
+            data += ["--limit", str(cfg.eval.limit), "--seed", str(cfg.eval.seed)]
+        cost = self.cost(cfg, cluster=exp.cluster)
+        step = cost.default_step_s()
+        lines = [
+            " ".join(shlex.quote(w) for w in data),
+            launch.shell(),
+            f"# estimate (fp8rl.verl_ext.cost, unmeasured): {step:.0f} s per step, "
+            f"{cost.run_s(step, cfg.steps) / 3600:.1f} h on {cost.gpus} GPUs = "
+            f"{cost.gpu_hours():.0f} GPU-hours",
+        ]
+        for note in launch.notes:
+            lines.append(f"# {note}")
+        missing = missing_hooks(launch.hooks)
+        if missing:
+            lines.append(
+                "# needs issue 18 (refused until then): "
+                + "; ".join(f"{n}: {HOOKS[n]}" for n in missing)
+            )
+        return "\n".join(lines)
+
+    def describe_config(self, cfg: RunConfig, exp: Any, run_dir: Path) -> str:
+        """verl's config as ``main_ppo`` would compose it for ``cfg`` (YAML)."""
+        from fp8rl.verl_ext.verl_config import compose_verl_config
+
+        composed = compose_verl_config(self.launch(cfg, exp, run_dir).overrides)
+        return OmegaConf.to_yaml(composed)
+
+    def cost(
+        self,
+        cfg: RunConfig,
+        cache_dir: str | Path | None = None,
+        cluster: ClusterConfig | None = None,
+    ) -> VerlCost:
+        return VerlCost(cfg, cluster or ClusterConfig())
+
+    def run(
+        self,
+        cfg: RunConfig,
+        store: RunStore,
+        experiment: str,
+        *,
+        cache_dir: str | Path | None = None,
+        max_steps_this_call: int | None = None,
+        rerun_failed: bool = False,
+        rerun_damaged: bool = False,
+        on_step: Callable[[int, dict[str, float]], None] | None = None,
+        cluster: ClusterConfig | None = None,
+        export_hf: bool = False,
+    ) -> RunSummary:
+        """Start, resume or skip the run of ``cfg``. A run that would start is first checked
+        (:func:`fp8rl.verl_ext.launch.launch_problems`): on a machine without verl's GPU
+        stack, with benchmark files missing, or needing issue 18's hooks, it is refused
+        (ConfigError) before anything is written. ``cache_dir`` is not read (verl caches
+        the Hugging Face weights itself). ``export_hf`` (the evaluation stage's HF checkpoints
+        at each evaluated step) is refused: verl writes FSDP checkpoints
+        (``<run>/verl/checkpoints/global_step_<n>/actor``) and turning them into HF ones
+        (``python -m verl.model_merger``) is not wired in yet."""
+        if export_hf:
+            raise ConfigError(
+                "export_hf=true on the verl backend: verl writes FSDP checkpoints "
+                "(<run>/verl/checkpoints/global_step_<n>/actor); merge one into a Hugging Face "
+                "checkpoint with `python -m verl.model_merger merge --backend fsdp --local_dir "
+                "<that actor dir> --target_dir <out>` (not wired into export_hf yet)"
+            )
+        if max_steps_this_call is not None:
+            raise ConfigError("max_steps_this_call: not on the verl backend (check_runtime)")
+        cfg = resolve_config(cfg)[0]
+        cluster = cluster or ClusterConfig()
+        run_id = store.run_id(cfg.to_dict())
+        files = RunFiles(store.run_dir(experiment, run_id).absolute())
+        launch = translate(cfg, cluster, files, experiment=experiment, run_id=run_id)
+        if self._would_run(store, experiment, run_id, rerun_failed, rerun_damaged):
+            problems = launch_problems(launch, cluster)
+            if problems:
+                raise ConfigError(
+                    f"run {experiment}/{run_id} cannot launch on the verl backend: "
+                    + " | ".join(problems)
+                )
+        with store.open_run(
+            experiment, cfg.to_dict(), rerun_failed=rerun_failed, rerun_damaged=rerun_damaged
+        ) as run:
+            if not run.should_run:
+                info = store.run_info(run.experiment, run.run_id)
+                return RunSummary(run.run_id, run.path, run.decision.value, info.status.value,
+                                  info.last_step, reason=run.reason or info.reason)  # fmt: skip
+            first = (run.read_metrics().last_step or 0) + 1
+            last = run_verl(
+                run, cfg, launch, files, cluster,
+                on_step=on_step, python=self.python, poll_s=self.poll_s,
+            )  # fmt: skip
+            final = run.read_metrics().records
+            evals = run.read_eval().records
+            return RunSummary(
+                run.run_id, run.path, run.decision.value, "done", last, first,
+                metrics=final[-1]["data"] if final else {},
+                eval=evals[-1]["data"] if evals else {},
+            )  # fmt: skip
+
+    @staticmethod
+    def _would_run(
+        store: RunStore, experiment: str, run_id: str, rerun_failed: bool, rerun_damaged: bool
+    ) -> bool:
+        """Whether opening the run would start or resume it (a finished, failed-and-not-
+        retried, pruned or damaged-and-not-rerun run is only reported)."""
+        path = store.run_dir(experiment, run_id)
+        if not (path / "status.json").exists():
+            return True
+        status = store.run_info(experiment, run_id).status.value
+        if status in ("done", "pruned"):
+            return False
+        if status == "failed":
+            return rerun_failed
+        if status == "damaged":
+            return rerun_damaged
+        return True

@@ -1,0 +1,263 @@
+"""verl's outputs -> the run store, names unchanged.
+
+What verl 0.9.1 writes (all under ``<run>/verl/``, ``fp8rl.verl_ext.translate.RunFiles``):
+
+- the ``file`` logger (``verl/utils/tracking.py``, ``FileLogger``): one JSON line per
+  ``Tracking.log`` call, ``{"step": n, "data": {...}}`` (orjson), the run store's own shape.
+  The V1 trainer (``verl/trainer/ppo/v1/trainer_base.py``, ``fit``) logs the validation
+  before training at step 0 (``val-core/...``, ``val-aux/...`` only) and then one line per
+  step whose data holds the step's training metrics and, on validation steps, the
+  validation's. It opens the file with ``"wb"``, so every attempt writes its own file
+  (:func:`rotate_file_logger`).
+- rollout dumps (``trainer.rollout_data_dir``): ``<step>.jsonl`` per step, one line per
+  response with ``input``, ``output``, ``gts``, ``score``, ``step`` and extra fields
+  (``uid``; ``_write_generations`` in the same file), written by a background thread.
+
+Into the store (``fp8rl.runs``): each step's training metrics to ``metrics.jsonl``, its
+validation metrics to ``eval.jsonl`` at the same step (step 0: the base model), names as
+verl wrote them (``actor/pg_clipfrac``, ``val-core/aime24/acc/mean@32``, ``fp8rl/...`` from
+the policy loss); plus ``val-core/all/acc/mean@<k>``, the unweighted mean over the
+benchmarks of the step (what the tiny evaluator logs as ``all``), when verl did not log it.
+Rollout dumps of every ``train.dump_samples_every``-th step become ``samples/step_<n>.json``
+(the token viewer's format 2, response-level: verl's dumps hold text, not tokens).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fp8rl.rewards import is_correct_math_verify
+from fp8rl.rl.step_metrics import dump_rows
+from fp8rl.runs import Run, atomic_write_json, atomic_write_text
+
+__all__ = [
+    "ATTEMPTS_FILE",
+    "EVAL_PREFIXES",
+    "Attempt",
+    "Ingestor",
+    "merged_steps",
+    "read_attempts",
+    "read_file_logger",
+    "read_rollout_dump",
+    "rotate_file_logger",
+    "sample_dump",
+    "split_step",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Metric name prefixes of a validation (verl's ``_val_metrics_update``).
+EVAL_PREFIXES = ("val-core/", "val-aux/")
+ATTEMPTS_FILE = "attempts.json"
+_CORE_ACC = re.compile(r"^val-core/(?P<source>[^/]+)/acc/mean@(?P<k>\d+)$")
+#: ``samples/`` format: the token viewer's format 2 (``fp8rl.analysis.viewer``).
+DUMP_FORMAT = 2
+
+
+def read_file_logger(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """The ``(step, data)`` lines of a verl file-logger JSONL; a torn last line (a run
+    still writing, or killed mid-line) is left out."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    lines = path.read_text(encoding="utf-8").split("\n")
+    out = []
+    for n, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if n == len(lines) - 1:  # no newline yet: being written
+                break
+            raise ValueError(f"{path}:{n + 1}: not a JSON line") from None
+        out.append((int(record["step"]), dict(record["data"])))
+    return out
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One launch of verl: its logger file and the step its checkpoint resumed from (None:
+    from scratch)."""
+
+    path: Path
+    resumed_from: int | None
+
+
+def read_attempts(verl_dir: str | Path) -> list[Attempt]:
+    """The run's launches in order (``<verl_dir>/attempts.json``)."""
+    path = Path(verl_dir) / ATTEMPTS_FILE
+    if not path.is_file():
+        return []
+    raw = json.loads(path.read_text())
+    return [Attempt(Path(verl_dir) / a["file"], a["resumed_from"]) for a in raw]
+
+
+def rotate_file_logger(verl_dir: str | Path, logger_file: str | Path, resumed_from: int | None):
+    """Before a launch: move the last attempt's logger file aside and record the new attempt
+    (the file verl will write, and the checkpoint step it will resume from)."""
+    verl_dir, logger_file = Path(verl_dir), Path(logger_file)
+    attempts = read_attempts(verl_dir)
+    records = [{"file": a.path.name, "resumed_from": a.resumed_from} for a in attempts]
+    if logger_file.is_file():
+        if not records or records[-1]["file"] != logger_file.name:  # a launch by hand
+            records.append({"file": logger_file.name, "resumed_from": None})
+        kept = logger_file.with_name(f"{logger_file.stem}.{len(records)}{logger_file.suffix}")
+        logger_file.replace(kept)
+        records[-1]["file"] = kept.name
+    records.append({"file": logger_file.name, "resumed_from": resumed_from})
+    verl_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(verl_dir / ATTEMPTS_FILE, records)
+
+
+def merged_steps(attempts: Iterable[Attempt]) -> dict[int, dict[str, Any]]:
+    """Every step's data over the attempts: an attempt that resumed from checkpoint step
+    ``s`` replaces what earlier attempts logged after ``s``; its own lines up to ``s`` (the
+    validation of the loaded checkpoint) are left out, the earlier attempt's stand. An
+    attempt from scratch replaces everything before it."""
+    steps: dict[int, dict[str, Any]] = {}
+    for attempt in attempts:
+        start = -1 if attempt.resumed_from is None else attempt.resumed_from
+        steps = {s: d for s, d in steps.items() if s <= start}
+        for step, data in read_file_logger(attempt.path):
+            if step > start or attempt.resumed_from is None:
+                steps.setdefault(step, {}).update(data)
+    return dict(sorted(steps.items()))
+
+
+def split_step(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(training metrics, validation metrics) of one logged step; adds
+    ``val-core/all/acc/mean@<k>`` (the unweighted mean over benchmarks) when absent."""
+    train = {k: v for k, v in data.items() if not k.startswith(EVAL_PREFIXES)}
+    evals = {k: v for k, v in data.items() if k.startswith(EVAL_PREFIXES)}
+    by_k: dict[str, list[float]] = {}
+    for key, value in evals.items():
+        m = _CORE_ACC.match(key)
+        if m and m["source"] != "all" and isinstance(value, int | float):
+            by_k.setdefault(m["k"], []).append(float(value))
+    for k, values in by_k.items():
+        evals.setdefault(f"val-core/all/acc/mean@{k}", statistics.fmean(values))
+    return train, evals
+
+
+def read_rollout_dump(path: str | Path) -> list[dict[str, Any]]:
+    """The responses of one verl rollout dump (``<rollout_data_dir>/<step>.jsonl``)."""
+    rows = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            rows.append(json.loads(line))
+    return rows
+
+
+def sample_dump(
+    rows: list[dict[str, Any]], step: int, k: int, header: dict[str, Any]
+) -> dict[str, Any]:
+    """``k`` responses of a step's verl rollout dump as a ``samples/step_<n>.json`` record:
+    prompts in the order of the sha256 of their text (the same in every run), from each
+    its lowest- and highest-scored response first (``fp8rl.rl.step_metrics.dump_rows``,
+    with the score in place of the advantage: GRPO's advantage orders a group's responses
+    by score). ``correct`` is re-checked with the harness's checker; ``tokens`` is empty
+    (verl dumps text)."""
+    prompts = [str(r.get("input", "")) for r in rows]
+    ids = [hashlib.sha256(p.encode()).hexdigest()[:16] for p in prompts]
+    scores = [float(r.get("score") or 0.0) for r in rows]
+    chosen = dump_rows(ids, scores, [True] * len(rows), k)
+    samples = []
+    for i in chosen:
+        r = rows[i]
+        gold = r.get("gts")
+        correct = (
+            None if gold is None else is_correct_math_verify(str(r.get("output", "")), str(gold))
+        )
+        samples.append(
+            {
+                "id": ids[i],
+                "question": prompts[i],
+                "answer": gold,
+                "response": r.get("output", ""),
+                "score": scores[i],
+                "correct": correct,
+                "row": i,
+                "uid": r.get("uid"),
+                "tokens": [],
+            }
+        )
+    return {
+        "step": step,
+        "format": DUMP_FORMAT,
+        **header,
+        "batch_size": len(rows),
+        "samples": samples,
+    }
+
+
+@dataclass
+class Ingestor:
+    """Copies a verl run's outputs into its open store run as they appear.
+
+    ``poll()`` logs every step not logged yet (in step order, training metrics to
+    ``metrics.jsonl``, validation metrics to ``eval.jsonl``) and each finished step's
+    rollout dump (every ``dump_every``-th step, ``dump_k`` responses); with ``final``
+    (verl has exited) the last step's dump too. Returns the steps logged.
+    """
+
+    run: Run
+    verl_dir: Path
+    rollout_dumps: Path | None
+    dump_every: int
+    dump_k: int
+    header: dict[str, Any] = field(default_factory=dict)
+    on_step: Callable[[int, dict[str, Any]], None] | None = None
+    remove_unkept_dumps: bool = True
+    _last: int | None = None
+    _dumped: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._last = self.run.read_metrics().last_step
+        eval_last = self.run.read_eval().last_step
+        if eval_last is not None and (self._last is None or eval_last > self._last):
+            self._last = eval_last
+
+    def poll(self, final: bool = False) -> list[int]:
+        steps = merged_steps(read_attempts(self.verl_dir))
+        logged = []
+        for step, data in steps.items():
+            if self._last is not None and step <= self._last:
+                continue
+            train, evals = split_step(data)
+            if train and step > 0:
+                self.run.log_metrics(step, train)
+            if evals:
+                self.run.log_eval(step, evals)
+            self._last = step
+            logged.append(step)
+            if self.on_step is not None and step > 0:
+                self.on_step(step, {**train, **evals})
+        self._dump_samples(sorted(steps), final)
+        return logged
+
+    def _dump_samples(self, steps: list[int], final: bool) -> None:
+        if self.rollout_dumps is None or not self.rollout_dumps.is_dir():
+            return
+        done = set(steps) if final else set(steps[:-1])  # the newest may still be written
+        for path in sorted(self.rollout_dumps.glob("*.jsonl")):
+            if not path.stem.isdigit():
+                continue
+            step = int(path.stem)
+            if step not in done or step in self._dumped:
+                continue
+            self._dumped.add(step)
+            if self.dump_every and step % self.dump_every == 0:
+                record = sample_dump(read_rollout_dump(path), step, self.dump_k, self.header)
+                target = self.run.samples_dir / f"step_{step:08d}.json"
+                atomic_write_text(target, json.dumps(record, separators=(",", ":")))
+            elif self.remove_unkept_dumps:
+                path.unlink(missing_ok=True)  # verl dumps every step; the store keeps some

@@ -1,0 +1,54 @@
+"""The models the verl backend knows: the paper's three and a smoke model.
+
+``model.preset`` on the verl backend is the Hugging Face id (``experiments/conf/model/
+qwen3-8b-base.yaml`` sets ``preset: Qwen/Qwen3-8B-Base``), so the run id names the weights.
+What the backend needs to know about a model without downloading it lives here: the
+architecture facts of its ``config.json`` (for the checks: tensor parallelism must divide
+the key-value heads, prompt plus response must fit the context) and its parameter count
+(for the cost model). The study settings (lengths, batch sizes, learning rate, rollout n,
+cluster layout) are not here but in ``experiments/conf/scale/verl_<study>.yaml``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["PRESETS", "VerlModel", "get_model"]
+
+
+@dataclass(frozen=True)
+class VerlModel:
+    """One Hugging Face model as its ``config.json`` describes it.
+
+    role: why the harness has it (the paper's table it belongs to, or ``smoke``).
+    params_b: parameters in billions (the cost model's FLOPs: ~6 N per trained token).
+    """
+
+    hf_id: str
+    role: str
+    params_b: float
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    max_position: int
+
+
+#: Hugging Face id -> model. Values from each model's config.json on the Hub.
+PRESETS: dict[str, VerlModel] = {
+    m.hf_id: m
+    for m in (
+        VerlModel("Qwen/Qwen3-8B-Base", "paper: GRPO, Table 2", 8.2, 36, 4096, 32, 8, 32768),
+        VerlModel("Qwen/Qwen3-14B-Base", "paper: DAPO table", 14.8, 40, 5120, 40, 8, 32768),
+        VerlModel("Qwen/Qwen2.5-32B", "paper: GRPO at 32B", 32.8, 64, 5120, 40, 8, 131072),
+        VerlModel("Qwen/Qwen3-0.6B-Base", "smoke", 0.6, 28, 1024, 16, 8, 32768),
+    )
+}
+
+
+def get_model(hf_id: str) -> VerlModel:
+    """The preset of ``hf_id``; KeyError naming the known ones."""
+    try:
+        return PRESETS[hf_id]
+    except KeyError:
+        raise KeyError(f"{hf_id!r}; the verl backend knows {sorted(PRESETS)}") from None

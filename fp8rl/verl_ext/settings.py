@@ -1,0 +1,123 @@
+"""How the verl backend reads a :class:`~fp8rl.config.RunConfig`: its checks, the
+resolution of "derive it" values, and the keys it does not read.
+
+:data:`UNUSED` lists the run-config keys the verl translation never reads, each with the
+reason; :func:`resolve_config` puts them back to their defaults (so they do not split one
+run into several ids) and reports the ones a config set. A test records the translation's
+attribute reads and checks that every other leaf is read (tests/verl_ext/
+test_schema_coverage.py), as the tiny backend's does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fp8rl.config import ConfigError, RunConfig, leaf_fields, override, resolve
+from fp8rl.verl_ext.data import BENCHMARKS
+from fp8rl.verl_ext.presets import PRESETS, get_model
+
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "MAX_PROMPT_LENGTH",
+    "UNUSED",
+    "resolve_config",
+    "validate",
+]
+
+#: vLLM's FP8 rollout (verl ``rollout.quantization=fp8``) quantises weights in 128x128 blocks
+#: (``verl/workers/rollout/vllm_rollout/vllm_async_server.py``, ``weight_block_size``), so
+#: that is the verl backend's block size.
+DEFAULT_BLOCK_SIZE = 128
+#: ``data.max_prompt_length``: DeepScaleR's and the benchmarks' problems are short; longer
+#: prompts are dropped (``data.filter_overlong_prompts=true``), never truncated.
+MAX_PROMPT_LENGTH = 1024
+
+_TINY_SFT = "the tiny base model's SFT warm start; verl starts from the Hugging Face weights"
+#: Run-config keys the verl backend does not read, and why.
+UNUSED: dict[str, str] = {
+    "backend.name": "selects the backend; not a setting of the run",
+    "algorithm.name": (
+        "a label: GRPO and DAPO share verl's adv_estimator=grpo; DAPO is its settings "
+        "(eps_high, dynamic_sampling, overlong shaping)"
+    ),
+    "algorithm.max_sample_rounds": (
+        "verl 0.9.1's V1 replay buffer ignores filter_groups.max_num_gen_batches and refills "
+        "filtered groups until the batch is full (verl/trainer/ppo/v1/trainer_base.py)"
+    ),
+    "granularity.bf16_compute": "a CPU knob (emulated or native BF16 GEMMs); GPUs compute BF16",
+    "rollout.difficulties": "the tiny tasks' difficulty levels; DeepScaleR has none",
+    "eval.difficulties": "the tiny tasks' difficulty levels; the benchmarks have none",
+    "eval.batch_size": "vLLM schedules the validation batch itself",
+    "train.probe_size": "the tiny trainer's health probe; verl has none",
+    "probe_rounds": "the tiny backend's noise probe (task=noise_probe); verl runs task=train",
+    **{key: _TINY_SFT for key in leaf_fields() if key.startswith("model.sft.")},
+}
+
+
+def validate(cfg: RunConfig) -> None:
+    """The verl backend's checks, before any compute; ConfigError naming the key."""
+    if cfg.model.preset not in PRESETS:
+        raise ConfigError(
+            f"model.preset={cfg.model.preset!r}: the verl backend knows {sorted(PRESETS)} "
+            "(model=qwen3-8b-base, qwen3-14b-base, qwen2.5-32b, qwen3-0.6b-base)"
+        )
+    if cfg.task != "train":
+        raise ConfigError(f"task={cfg.task}: the verl backend runs RL (task=train) only")
+    if cfg.eval.families is not None:
+        unknown = sorted(set(cfg.eval.families) - set(BENCHMARKS))
+        if unknown or not cfg.eval.families:
+            raise ConfigError(
+                f"eval.families: unknown {unknown}; the benchmarks: {list(BENCHMARKS)}"
+            )
+    if cfg.eval.precision != "rollout":
+        raise ConfigError(
+            "eval.precision=training: verl validates with its rollout engine (vLLM); "
+            "set eval.precision=rollout"
+        )
+    if cfg.eval.every and cfg.eval.max_new_tokens != cfg.rollout.max_new_tokens:
+        raise ConfigError(
+            f"eval.max_new_tokens={cfg.eval.max_new_tokens} differs from rollout.max_new_tokens="
+            f"{cfg.rollout.max_new_tokens}: verl validates with the rollout's response length; "
+            "set them equal"
+        )
+    r, t = cfg.rollout, cfg.train
+    if r.prompts_per_step % t.ppo_mini_batches:
+        raise ConfigError(
+            f"train.ppo_mini_batches={t.ppo_mini_batches} does not divide "
+            f"rollout.prompts_per_step={r.prompts_per_step}: verl's mini-batch is whole prompts "
+            "(actor.ppo_mini_batch_size)"
+        )
+    model = get_model(cfg.model.preset)
+    if MAX_PROMPT_LENGTH + r.max_new_tokens > model.max_position:
+        raise ConfigError(
+            f"rollout.max_new_tokens={r.max_new_tokens} plus {MAX_PROMPT_LENGTH} prompt tokens "
+            f"exceeds {cfg.model.preset}'s context of {model.max_position}"
+        )
+
+
+def resolve_config(cfg: RunConfig) -> tuple[RunConfig, dict[str, str]]:
+    """``cfg`` checked and resolved for verl: derived values filled in (block size 128,
+    every benchmark for ``eval.families``), unused settings reset; returns (resolved, what
+    was reset with why)."""
+    validate(cfg)
+    resolved, unused = resolve(cfg, default_block_size=DEFAULT_BLOCK_SIZE, families=BENCHMARKS)
+    default = RunConfig()
+    changes: dict[str, Any] = {}
+    for key, why in UNUSED.items():
+        value, given = _get(default, key), _get(resolved, key)
+        if key not in ("backend.name", "algorithm.name") and given != value:
+            if key != "eval.difficulties" or cfg.eval.difficulties is not None:
+                unused[key] = why
+            changes[key] = value
+    if resolved.eval.limit is None or not resolved.eval.every:
+        why = "eval.limit is null (every item)" if resolved.eval.every else "eval.every=0"
+        if resolved.eval.seed != default.eval.seed:
+            unused["eval.seed"] = f"{why}: no sample is drawn"
+        changes["eval.seed"] = default.eval.seed
+    return (override(resolved, changes) if changes else resolved), unused
+
+
+def _get(cfg: Any, key: str) -> Any:
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg

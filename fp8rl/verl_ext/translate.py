@@ -1,0 +1,473 @@
+"""A resolved run config -> the exact ``python -m verl.trainer.main_ppo`` command.
+
+:func:`translate` maps every key the verl backend reads onto verl 0.9.1's own config keys
+(``verl/trainer/config/ppo_trainer.yaml`` and the dataclasses under
+``verl/workers/config``; the mapping table is docs/verl_backend.md, "Config translation"):
+
+- GRPO and DAPO are ``algorithm.adv_estimator=grpo`` with the algorithm's settings: the
+  trust region (``actor.clip_ratio_low/high``), DAPO's group filter
+  (``algorithm.filter_groups``, on ``acc``) and overlong shaping (the ``dapo`` reward
+  manager's ``reward.reward_kwargs.overlong_buffer_cfg``);
+- TIS is ``algorithm.rollout_correction.rollout_is=token`` with ``rollout_is_threshold=C``
+  (rollout log-probs from vLLM: ``rollout.calculate_log_probs=true``); old log-probs from the
+  rollout are ``rollout_correction.bypass_mode=true``;
+- the policy loss is selected by its registered name (``policy_loss.loss_mode``; fp8rl's
+  losses register through the ``verl.plugins`` entry point, ``fp8rl.rl.verl_registry``);
+- an FP8 rollout with 128x128 weight blocks is vLLM's ``rollout.quantization=fp8``;
+- validation is the benchmarks of ``eval.families`` (AIME24 in the paper's studies), ``k``
+  samples each (``rollout.val_kwargs.n``): ``val-core/<benchmark>/acc/mean@<k>``;
+- metrics go to verl's ``file`` logger (``VERL_FILE_LOGGER_PATH`` in the run's directory),
+  rollout and validation generations to ``trainer.rollout_data_dir`` /
+  ``validation_data_dir``, checkpoints to ``trainer.default_local_dir``, all under
+  ``<run>/verl/`` (:class:`RunFiles`), which ``fp8rl.verl_ext.ingest`` reads into the store.
+
+What verl 0.9.1 lacks (FP8 training in the actor, Calibrated Clipping's bound updates,
+rollout scaling other than 128x128 blocks) is never dropped: the command selects the
+config classes of ``fp8rl.verl_ext.hooks`` for it and the launch names the missing
+hooks (:attr:`VerlLaunch.hooks`). Combinations verl would silently change are refused
+(:func:`check_overrides`).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fp8rl.config import ClusterConfig, ConfigError, RunConfig
+from fp8rl.rl.verl_registry import VERL_LOSS_NAMES
+from fp8rl.verl_ext.presets import get_model
+from fp8rl.verl_ext.settings import DEFAULT_BLOCK_SIZE, MAX_PROMPT_LENGTH
+
+__all__ = [
+    "ENTRY_POINT",
+    "PROJECT",
+    "RunFiles",
+    "VerlLaunch",
+    "check_overrides",
+    "format_override",
+    "override_key",
+    "translate",
+]
+
+#: The module verl runs as (``python -m verl.trainer.main_ppo``).
+ENTRY_POINT = "verl.trainer.main_ppo"
+#: ``trainer.project_name`` of every run (the experiment and run id are the experiment name).
+PROJECT = "fp8rl"
+#: ``trainer.total_epochs``: large, so that ``trainer.total_training_steps`` ends the run.
+TOTAL_EPOCHS = 1000
+_HOOKS = "fp8rl.verl_ext.hooks"
+_BARE = re.compile(r"^[A-Za-z0-9_.\-/:@%+]+$")  # what Hydra reads unquoted
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """Where a verl run writes, all under ``<run dir>/verl/`` (absolute paths: every Ray
+    worker on every node must see them, so the run store is on a shared file system)."""
+
+    run_dir: Path
+
+    @property
+    def verl_dir(self) -> Path:
+        return self.run_dir / "verl"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.verl_dir / "data"
+
+    @property
+    def file_logger(self) -> Path:
+        """verl's ``file`` logger output (``VERL_FILE_LOGGER_PATH``). verl opens it with
+        ``"wb"`` (``verl/utils/tracking.py``, ``FileLogger``), so the launcher moves an earlier
+        attempt's file aside first (``file_logger.<n>.jsonl``)."""
+        return self.verl_dir / "file_logger.jsonl"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.verl_dir / "checkpoints"
+
+    @property
+    def rollout_dumps(self) -> Path:
+        return self.verl_dir / "rollout_dumps"
+
+    @property
+    def validation_dumps(self) -> Path:
+        return self.verl_dir / "validation_dumps"
+
+    @property
+    def driver_log(self) -> Path:
+        return self.verl_dir / "driver.log"
+
+    @property
+    def command_file(self) -> Path:
+        return self.verl_dir / "command.sh"
+
+    def train_file(self) -> Path:
+        return self.data_dir / "train.parquet"
+
+    def val_file(self, benchmark: str) -> Path:
+        return self.data_dir / f"val_{benchmark}.parquet"
+
+
+@dataclass(frozen=True)
+class VerlLaunch:
+    """One run as verl runs it.
+
+    overrides: ``main_ppo`` Hydra overrides, in order (``+key=value`` adds a key verl's
+    ``ppo_trainer.yaml`` does not have); env: the driver's environment additions;
+    hooks: the ``fp8rl.verl_ext.hooks`` hooks the run needs (issue 18's; none for a BF16 run
+    or vLLM's blockwise FP8 rollout); data: the benchmark files it reads (shared schema).
+    """
+
+    overrides: tuple[str, ...]
+    env: dict[str, str]
+    hooks: tuple[str, ...] = ()
+    benchmarks: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    def command(self, python: str = "python") -> list[str]:
+        return [python, "-m", ENTRY_POINT, *self.overrides]
+
+    def shell(self, python: str = "python") -> str:
+        """The command as a shell line a user can paste: ``VAR=value ... python -m ...``,
+        one override per line."""
+        env = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
+        words = [*env, *map(shlex.quote, self.command(python))]
+        head = " ".join(words[: len(env) + 3])
+        return " \\\n    ".join([head, *words[len(env) + 3 :]])
+
+
+def format_override(key: str, value: Any) -> str:
+    """``key=value`` in Hydra's override grammar (strings quoted unless plain words)."""
+    return f"{key}={_value(value)}"
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_value(v) for v in value) + "]"
+    text = str(value)
+    if _BARE.match(text) and text not in ("null", "true", "false") and not _number(text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def override_key(override: str) -> str:
+    """The dotted key an override sets (``+``/``++``/``~`` prefixes dropped)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+class _Overrides:
+    """Ordered overrides; ``add`` marks a key verl's config does not have (``+key=``)."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, str, Any]] = []
+
+    def set(self, key: str, value: Any) -> None:
+        self.items.append(("", key, value))
+
+    def add(self, key: str, value: Any) -> None:
+        self.items.append(("+", key, value))
+
+    def render(self) -> tuple[str, ...]:
+        return tuple(prefix + format_override(key, value) for prefix, key, value in self.items)
+
+
+def translate(
+    cfg: RunConfig,
+    cluster: ClusterConfig,
+    files: RunFiles,
+    *,
+    experiment: str,
+    run_id: str,
+) -> VerlLaunch:
+    """The verl launch of a resolved run config (``fp8rl.verl_ext.settings.resolve_config``)
+    on ``cluster``, writing into ``files``. ConfigError for a combination verl cannot run
+    as configured (:func:`check_overrides`)."""
+    o = _Overrides()
+    hooks: list[str] = []
+    notes: list[str] = []
+    _trainer(o, cfg, cluster, files, experiment, run_id)
+    _data(o, cfg, files)
+    _model(o, cfg, cluster)
+    _algorithm(o, cfg)
+    _actor(o, cfg, cluster, hooks)
+    _loss(o, cfg, hooks)
+    _rollout(o, cfg, cluster, hooks, notes)
+    _validation(o, cfg)
+    _reward(o, cfg)
+    overrides = (*o.render(), *cluster.extra_overrides)
+    check_overrides(overrides, own=len(o.items))
+    env = {"VERL_FILE_LOGGER_PATH": str(files.file_logger)}
+    if cluster.ray_address:
+        env["RAY_ADDRESS"] = cluster.ray_address
+    benchmarks = tuple(cfg.eval.families or ()) if cfg.eval.every else ()
+    return VerlLaunch(overrides, env, tuple(dict.fromkeys(hooks)), benchmarks, tuple(notes))
+
+
+def _trainer(
+    o: _Overrides,
+    cfg: RunConfig,
+    cluster: ClusterConfig,
+    files: RunFiles,
+    experiment: str,
+    run_id: str,
+) -> None:
+    t, ev = cfg.train, cfg.eval
+    o.set("trainer.use_v1", True)  # the V1 trainer keeps a custom loss in bypass mode
+    o.set("trainer.device", "cuda")
+    o.set("trainer.nnodes", cluster.nnodes)
+    o.set("trainer.n_gpus_per_node", cluster.gpus_per_node)
+    o.set("trainer.project_name", PROJECT)
+    o.set("trainer.experiment_name", f"{experiment}.{run_id}")
+    o.set("trainer.logger", ["console", "file"])
+    o.set("trainer.total_training_steps", cfg.steps)
+    o.set("trainer.total_epochs", TOTAL_EPOCHS)
+    o.set("trainer.save_freq", t.checkpoint_every or cfg.steps)  # the last step always
+    o.set("trainer.max_actor_ckpt_to_keep", t.keep_checkpoints)
+    o.set("trainer.default_local_dir", str(files.checkpoints))
+    o.set("trainer.resume_mode", "auto")
+    o.set("trainer.test_freq", ev.every or -1)
+    o.set("trainer.val_before_train", bool(ev.every))
+    dumps = files.rollout_dumps if t.dump_samples_every else None
+    o.set("trainer.rollout_data_dir", None if dumps is None else str(dumps))
+    o.set("trainer.validation_data_dir", str(files.validation_dumps) if ev.every else None)
+    o.set("trainer.log_val_generations", 0)
+
+
+def _data(o: _Overrides, cfg: RunConfig, files: RunFiles) -> None:
+    r = cfg.rollout
+    o.set("data.train_files", str(files.train_file()))
+    families = cfg.eval.families or []
+    # verl builds a validation loader even when it never validates (batch size = the dataset's
+    # length, so an empty one fails): without evaluation it gets the training file, unused
+    val = [str(files.val_file(b)) for b in families] if cfg.eval.every else [files.train_file()]
+    o.set("data.val_files", [str(v) for v in val])
+    o.set("data.prompt_key", "prompt")
+    o.set("data.reward_fn_key", "data_source")
+    o.set("data.train_batch_size", r.prompts_per_step)
+    o.set("data.max_prompt_length", MAX_PROMPT_LENGTH)
+    o.set("data.max_response_length", r.max_new_tokens)
+    o.set("data.filter_overlong_prompts", True)
+    o.set("data.truncation", "error")
+    o.set("data.shuffle", True)
+    o.set("data.seed", cfg.seed)
+
+
+def _model(o: _Overrides, cfg: RunConfig, cluster: ClusterConfig) -> None:
+    get_model(cfg.model.preset)  # a known model (settings.validate)
+    o.set("actor_rollout_ref.model.path", cluster.model_path or cfg.model.preset)
+    o.set("actor_rollout_ref.model.use_remove_padding", True)
+    o.set("actor_rollout_ref.model.enable_gradient_checkpointing", True)
+
+
+def _algorithm(o: _Overrides, cfg: RunConfig) -> None:
+    a, t = cfg.algorithm, cfg.train
+    o.set("algorithm.adv_estimator", "grpo")  # GRPO and DAPO: group-normalised advantages
+    o.set("algorithm.norm_adv_by_std_in_grpo", True)
+    o.set("algorithm.use_kl_in_reward", False)
+    o.set("algorithm.filter_groups.enable", a.dynamic_sampling)
+    if a.dynamic_sampling:
+        o.set("algorithm.filter_groups.metric", "acc")
+    rc = "algorithm.rollout_correction"
+    if cfg.uses_tis:  # TIS: w = min(pi_old / pi_rollout, C), per token
+        corr = cfg.correction()
+        o.set(f"{rc}.rollout_is", corr.rollout_is)
+        o.set(f"{rc}.rollout_is_threshold", corr.rollout_is_threshold)
+    else:
+        o.set(f"{rc}.rollout_is", None)
+    o.set(f"{rc}.bypass_mode", t.old_logprob_source == "rollout")
+
+
+def _actor(o: _Overrides, cfg: RunConfig, cluster: ClusterConfig, hooks: list[str]) -> None:
+    a, t, r, g = cfg.algorithm, cfg.train, cfg.rollout, cfg.granularity
+    act = "actor_rollout_ref.actor"
+    o.set(f"{act}.strategy", "fsdp2")
+    o.set(f"{act}.optim.lr", t.lr)
+    o.set(f"{act}.optim.weight_decay", t.weight_decay)
+    o.set(f"{act}.optim.clip_grad", t.grad_clip)
+    o.set(f"{act}.grad_clip", t.grad_clip)
+    o.set(f"{act}.ppo_mini_batch_size", r.prompts_per_step // t.ppo_mini_batches)
+    o.set(f"{act}.ppo_epochs", t.ppo_epochs)
+    o.set(f"{act}.use_dynamic_bsz", True)
+    o.set(f"{act}.ppo_max_token_len_per_gpu", cluster.max_token_len_per_gpu)
+    o.set(f"{act}.clip_ratio", a.eps_low)
+    o.set(f"{act}.clip_ratio_low", a.eps_low)
+    o.set(f"{act}.clip_ratio_high", a.eps_high)
+    o.set(f"{act}.clip_ratio_c", a.clip_ratio_c)
+    o.set(f"{act}.loss_agg_mode", a.loss_agg_mode)
+    o.set(f"{act}.entropy_coeff", 0)
+    o.set(f"{act}.use_kl_loss", a.kl_coef > 0)
+    if a.kl_coef > 0:
+        o.set(f"{act}.kl_loss_coef", a.kl_coef)
+        o.set(f"{act}.kl_loss_type", a.kl_type)
+    o.set(f"{act}.data_loader_seed", cfg.seed)
+    o.set(f"{act}.fsdp_config.seed", cfg.seed)
+    _fp8_engine(o, f"{act}.fsdp_config", g.training, g, hooks)
+    if a.kl_coef > 0:
+        ref_recipe = a.ref_recipe or g.training
+        o.set("actor_rollout_ref.ref.strategy", "fsdp2")
+        _fp8_engine(o, "actor_rollout_ref.ref.fsdp_config", ref_recipe, g, hooks)
+
+
+def _fp8_engine(o: _Overrides, node: str, recipe: str, g: Any, hooks: list[str]) -> None:
+    """FP8 training (and an FP8 KL reference) is the ``fp8_training`` hook."""
+    if recipe == "bf16":
+        return
+    hooks.append("fp8_training")
+    o.set(f"{node}._target_", f"{_HOOKS}.FP8EngineConfig")
+    o.add(f"{node}.fp8rl_recipe", recipe)
+    o.add(f"{node}.fp8rl_block_size", g.block_size or DEFAULT_BLOCK_SIZE)
+    o.add(f"{node}.fp8rl_lm_head", g.lm_head)
+
+
+def _loss(o: _Overrides, cfg: RunConfig, hooks: list[str]) -> None:
+    c, t = cfg.clipping, cfg.train
+    pl = "actor_rollout_ref.actor.policy_loss"
+    o.set(f"{pl}.loss_mode", c.loss)
+    if c.loss not in VERL_LOSS_NAMES:  # verl's own (vanilla): no fp8rl fields to carry
+        return
+    o.set(f"{pl}._target_", f"{_HOOKS}.CalibratedClippingConfig")
+    calibrated = c.mode == "calibrated"
+    o.add(f"{pl}.calib_enabled", calibrated)
+    if calibrated or t.shadow_every:
+        hooks.append("calibrated_clipping")
+    if calibrated:
+        for knob, value in (
+            ("period", c.period),
+            ("smoothing", c.smoothing),
+            ("init_low", c.init_low),
+            ("init_high", c.init_high),
+            ("max_step", c.max_step),
+            ("upper_rule", c.upper_rule),
+            ("lower_only", c.lower_only),
+            ("at_start", c.calibrate_at_start),
+            ("pool", c.pool),
+            ("min_tail_tokens", c.min_tail_tokens),
+        ):
+            o.add(f"{pl}.calib_{knob}", value)
+    elif c.init_low is not None or c.init_high is not None:
+        low, high = cfg.nominal_bounds
+        o.add(f"{pl}.clip_low", c.init_low if c.init_low is not None else low)
+        o.add(f"{pl}.clip_high", c.init_high if c.init_high is not None else high)
+    if t.shadow_every:
+        o.add(f"{pl}.fp8rl_shadow_every", t.shadow_every)
+
+
+def _rollout(
+    o: _Overrides,
+    cfg: RunConfig,
+    cluster: ClusterConfig,
+    hooks: list[str],
+    notes: list[str],
+) -> None:
+    r, g = cfg.rollout, cfg.granularity
+    ro = "actor_rollout_ref.rollout"
+    o.set(f"{ro}.name", "vllm")
+    o.set(f"{ro}.n", r.n_samples)
+    o.set(f"{ro}.temperature", r.temperature)
+    o.set(f"{ro}.tensor_model_parallel_size", cluster.rollout_tp)
+    o.set(f"{ro}.gpu_memory_utilization", cluster.gpu_memory_utilization)
+    o.set(f"{ro}.calculate_log_probs", True)  # TIS and rollout_corr/* need them
+    o.set(f"{ro}.seed", cfg.seed)
+    if g.rollout is None:
+        o.set(f"{ro}.quantization", None)
+        return
+    block = g.block_size or DEFAULT_BLOCK_SIZE
+    vllm_fp8 = (
+        g.rollout == "block"
+        and block == DEFAULT_BLOCK_SIZE
+        and g.rollout_activation in (None, "group")
+        and not g.lm_head
+    )
+    if vllm_fp8:  # vLLM's online FP8: 128x128 weight blocks, dynamic 1x128 activations
+        o.set(f"{ro}.quantization", "fp8")
+        notes.append(
+            "FP8 rollout: vLLM quantization=fp8 (E4M3, 128x128 weight blocks re-quantised on "
+            "every weight sync, dynamic 1x128 activation groups, BF16 LM head)"
+        )
+        return
+    hooks.append("rollout_scaling")
+    o.set(f"{ro}.quantization", None)
+    o.set(f"{ro}._target_", f"{_HOOKS}.FP8RolloutConfig")
+    o.add(f"{ro}.fp8rl_weight_scale", g.rollout)
+    o.add(f"{ro}.fp8rl_activation_scale", g.rollout_activation)
+    o.add(f"{ro}.fp8rl_block_size", block)
+    o.add(f"{ro}.fp8rl_lm_head", g.lm_head)
+
+
+def _validation(o: _Overrides, cfg: RunConfig) -> None:
+    ev = cfg.eval
+    vk = "actor_rollout_ref.rollout.val_kwargs"
+    if not ev.every:
+        return
+    o.set(f"{vk}.n", ev.k)
+    o.set(f"{vk}.do_sample", not ev.greedy)
+    o.set(f"{vk}.temperature", 0.0 if ev.greedy else ev.temperature)
+    o.set(f"{vk}.top_p", ev.top_p)
+
+
+def _reward(o: _Overrides, cfg: RunConfig) -> None:
+    a = cfg.algorithm
+    o.set("reward.custom_reward_function.path", "pkg://fp8rl.verl_ext.reward")
+    o.set("reward.custom_reward_function.name", "compute_score")
+    buffer = cfg.overlong_buffer
+    o.set("reward.reward_manager.name", "dapo" if buffer else "naive")
+    if buffer:  # DAPO's soft overlong punishment (verl's dapo reward manager)
+        kw = "reward.reward_kwargs"
+        o.add(f"{kw}.overlong_buffer_cfg.enable", True)
+        o.add(f"{kw}.overlong_buffer_cfg.len", buffer)
+        o.add(f"{kw}.overlong_buffer_cfg.penalty_factor", a.overlong_penalty_factor)
+        o.add(f"{kw}.overlong_buffer_cfg.log", True)
+        o.add(f"{kw}.max_resp_len", cfg.rollout.max_new_tokens)
+
+
+def check_overrides(overrides: Sequence[str], own: int | None = None) -> None:
+    """Refuse what verl would silently change. ``overrides[:own]`` are the harness's,
+    the rest ``cluster.extra_overrides``.
+
+    - A key set twice (an extra override of a key the harness sets): the run id would
+      not see the change.
+    - ``algorithm.rollout_correction.bypass_mode=true`` with an fp8rl loss and the legacy
+      trainer (``trainer.use_v1=false``): its ``apply_bypass_mode``
+      (``verl/trainer/ppo/rollout_corr_helper.py``, called by ``ray_trainer.py``) sets
+      ``policy_loss.loss_mode=bypass_mode``, replacing the loss without a word. The V1
+      trainer (``trainer/ppo/v1/trainer_base.py``) only substitutes the old log-probs.
+    """
+    own = len(overrides) if own is None else own
+    seen: dict[str, int] = {}
+    for i, item in enumerate(overrides):
+        key = override_key(item)
+        if key in seen:
+            who = "cluster.extra_overrides" if i >= own else "the translation"
+            raise ConfigError(
+                f"{who} sets {key} again ({overrides[seen[key]]!r}, then {item!r}): the harness "
+                "sets it from the run config, so change the run config's key instead"
+            )
+        seen[key] = i
+    values = {override_key(item): item.split("=", 1)[1] for item in overrides}
+    bypass = values.get("algorithm.rollout_correction.bypass_mode") == "true"
+    loss = values.get("actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla")
+    if bypass and loss.strip("'") in VERL_LOSS_NAMES and values.get("trainer.use_v1") != "true":
+        raise ConfigError(
+            f"algorithm.rollout_correction.bypass_mode=true with policy_loss.loss_mode={loss} "
+            "and trainer.use_v1=false: verl's legacy trainer replaces the loss with its "
+            "'bypass_mode' loss (rollout_corr_helper.apply_bypass_mode) without a word. Keep "
+            "trainer.use_v1=true, or set train.old_logprob_source=trainer"
+        )

@@ -1,0 +1,110 @@
+"""verl's own config, offline: compose ``ppo_trainer.yaml`` with a run's overrides and build
+the dataclasses verl builds from it, without GPUs, Ray or a model download.
+
+:func:`compose_verl_config` is what ``python -m verl.trainer.main_ppo <overrides>`` composes
+(Hydra's compose API on verl's installed config directory, the same defaults list and
+struct mode): an override of a key verl does not have, or ``+key`` for one it has, fails
+here as it would on the cluster. :func:`build_verl_config` then does what verl's driver
+and workers do with it — ``verl.utils.config.validate_config`` (main_ppo's first step), and
+``omega_conf_to_dataclass`` on the algorithm, actor, reference and rollout nodes
+(``AlgoConfig``, ``FSDPActorConfig`` with its policy-loss and engine configs,
+``RolloutConfig``) and optionally the model (``HFModelConfig``, which reads ``config.json``
+and the tokenizer, so only against a local directory); a field a dataclass does not have
+fails there. The reward node stays a DictConfig in verl (its ``RewardManagerConfig`` does not
+even instantiate: ``BaseConfig`` has no ``__post_init__`` for it to call), so it is checked
+the way verl reads it: the reward manager class by name and the custom reward function
+loaded (``verl.trainer.ppo.reward``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+__all__ = ["VerlConfigs", "build_verl_config", "compose_verl_config", "verl_config_dir"]
+
+
+def verl_config_dir() -> Path:
+    """verl's trainer config directory (``verl/trainer/config``, where main_ppo's
+    ``@hydra.main(config_path="config", config_name="ppo_trainer")`` points)."""
+    import verl.trainer.config as config_package
+
+    return Path(config_package.__file__).parent
+
+
+@contextlib.contextmanager
+def _fresh_hydra() -> Iterator[None]:
+    """Hydra's global state set aside for a compose (a caller may hold its own)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    saved = GlobalHydra.instance().hydra  # None when nobody initialised Hydra
+    GlobalHydra.instance().clear()
+    try:
+        yield
+    finally:  # Hydra's initialize replaces the singleton on exit: fetch it again
+        GlobalHydra.instance().clear()
+        if saved is not None:
+            GlobalHydra.instance().initialize(saved)
+
+
+def compose_verl_config(overrides: Sequence[str]) -> DictConfig:
+    """verl's ``ppo_trainer`` config with ``overrides``, as main_ppo composes it. Raises
+    Hydra's errors (an unknown key, a bad value) unchanged."""
+    from hydra import compose, initialize_config_dir
+
+    with _fresh_hydra(), initialize_config_dir(str(verl_config_dir()), version_base=None):
+        return compose(config_name="ppo_trainer", overrides=list(overrides))
+
+
+@dataclass
+class VerlConfigs:
+    """The dataclasses verl builds from a composed config."""
+
+    algorithm: Any
+    actor: Any
+    ref: Any | None
+    rollout: Any
+    reward_manager: type
+    reward_fn: Any
+    model: Any | None
+
+
+def build_verl_config(config: DictConfig, *, model_dir: str | Path | None = None) -> VerlConfigs:
+    """Run verl's driver-side validation on ``config`` and build its dataclasses.
+
+    ``model_dir``: a local Hugging Face directory to build ``HFModelConfig`` against in place
+    of ``actor_rollout_ref.model.path`` (None: the model node is not built, it would download
+    the weights' config). Raises what verl raises: ``omegaconf`` errors for unknown fields,
+    ``ValueError``/``AssertionError`` from verl's checks, and ``NotImplementedError`` from an
+    ``fp8rl.verl_ext.hooks`` class whose hook nothing implements yet.
+    """
+    from verl.trainer.ppo.reward import get_custom_reward_fn, resolve_reward_manager_cls
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    config = OmegaConf.create(OmegaConf.to_container(config))  # a copy: verl mutates it
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # need_critic warns that GRPO has no critic
+        use_ref, use_critic = need_reference_policy(config), need_critic(config)
+    validate_config(config, use_reference_policy=use_ref, use_critic=use_critic)
+    arr = config.actor_rollout_ref
+    model = None
+    if model_dir is not None:
+        with open_dict(arr.model):
+            arr.model.path = str(model_dir)
+        model = omega_conf_to_dataclass(arr.model)
+    return VerlConfigs(
+        algorithm=omega_conf_to_dataclass(config.algorithm),
+        actor=omega_conf_to_dataclass(arr.actor),
+        ref=omega_conf_to_dataclass(arr.ref) if use_ref else None,
+        rollout=omega_conf_to_dataclass(arr.rollout),
+        reward_manager=resolve_reward_manager_cls(config),
+        reward_fn=get_custom_reward_fn(config),
+        model=model,
+    )

@@ -1,0 +1,146 @@
+"""verl's outputs into the run store, names unchanged: metrics and validations written by
+verl's own ``Tracking`` with its ``file`` logger (``verl.utils.tracking``, the class the V1
+trainer logs with, ``VERL_FILE_LOGGER_PATH`` pointing into the run), rollout dumps by
+verl's own ``_write_generations`` (the V1 trainer's; its module only imports on a GPU node,
+so its source is run alone: tests/helpers/verl_source.py). An interrupted attempt and one
+resumed from verl's checkpoint merge into one run; the analysis reads it as any run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from verl.utils.tracking import Tracking
+from verl_source import verl_function
+
+from fp8rl.analysis.load import eval_frame, metrics_frame
+from fp8rl.experiments.backends import resolve_run
+from fp8rl.experiments.compose import compose
+from fp8rl.runs import RunStore
+from fp8rl.verl_ext.ingest import Ingestor, merged_steps, read_attempts, rotate_file_logger
+from fp8rl.verl_ext.translate import RunFiles
+
+write_generations = verl_function(
+    "trainer/ppo/v1/trainer_base.py", "PPOTrainer", "_write_generations"
+)
+
+
+def train_metrics(step: int, shift: float = 0.0) -> dict[str, float]:
+    return {
+        "actor/pg_loss": 0.1 * step + shift,
+        "actor/entropy": 1.0 - 0.1 * step,
+        "actor/pg_clipfrac": 0.01,
+        "critic/score/mean": 0.2 + shift,
+        "response_length/mean": 900.0,
+        "rollout_corr/rollout_is_mean": 1.0,
+        "fp8rl/clipfrac_low_negadv": 0.002,
+        "timing_s/step": 950.0,
+        "training/global_step": float(step),
+    }
+
+
+def val_metrics(acc: float) -> dict[str, float]:
+    return {
+        "val-core/aime24/acc/mean@4": acc,
+        "val-core/math500/acc/mean@4": acc + 0.5,
+        "val-aux/aime24/acc/std@4": 0.1,
+        "val-aux/aime24/acc/maj@4/mean": acc,
+    }
+
+
+def log_like_verl(path: Path, monkeypatch, steps: dict[int, dict[str, float]]) -> None:
+    """What verl's V1 trainer does: ``Tracking(default_backend=[..., "file"])`` and one
+    ``log(data=..., step=...)`` per step, then ``finish``."""
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    tracking = Tracking("fp8rl", "test.run", default_backend=["file"])
+    for step, data in steps.items():
+        tracking.log(data=data, step=step)
+    tracking.finish()
+
+
+def dump_like_verl(folder: Path, step: int, n_prompts: int = 3, n: int = 2) -> None:
+    inputs, outputs, gts, scores, uids = [], [], [], [], []
+    for p in range(n_prompts):
+        for i in range(n):
+            inputs.append(f"Find {p}+{p}. Let's think step by step")
+            correct = i == 0
+            outputs.append(f"... \\boxed{{{2 * p if correct else 2 * p + 1}}}")
+            gts.append(str(2 * p))
+            scores.append(1.0 if correct else 0.0)
+            uids.append(f"uid{p}_{i}_0")
+    write_generations(inputs, outputs, gts, scores, {"uid": uids}, str(folder), step)
+
+
+@pytest.fixture
+def run_config() -> dict:
+    return resolve_run(compose(["+experiment=test", "backend=verl"])).plain
+
+
+def test_verl_logs_and_dumps_become_the_run_store_s_files(tmp_path, monkeypatch, run_config):
+    store = RunStore(tmp_path / "runs")
+    with store.open_run("test", run_config) as run:
+        files = RunFiles(run.path)
+        rotate_file_logger(files.verl_dir, files.file_logger, None)
+        log_like_verl(
+            files.file_logger, monkeypatch,
+            {0: val_metrics(0.25), 1: train_metrics(1), 2: {**train_metrics(2), **val_metrics(0.5)},
+             3: train_metrics(3)},
+        )  # fmt: skip
+        for step in (1, 2, 3):
+            dump_like_verl(files.rollout_dumps, step)
+        seen = []
+        ingest = Ingestor(run, files.verl_dir, files.rollout_dumps, 2, 4,
+                          header={"loss": "calibrated_clip"},
+                          on_step=lambda s, m: seen.append(s))  # fmt: skip
+        assert ingest.poll() == [0, 1, 2, 3] and seen == [1, 2, 3]
+        assert ingest.poll() == []  # nothing new
+        metrics, evals = run.read_metrics(), run.read_eval()
+        assert metrics.steps == [1, 2, 3] and evals.steps == [0, 2]
+        assert metrics.records[1]["data"] == train_metrics(2)  # names and values unchanged
+        assert evals.records[1]["data"]["val-core/aime24/acc/mean@4"] == 0.5
+        assert evals.records[0]["data"]["val-core/all/acc/mean@4"] == pytest.approx(0.5)
+        # step 3's dump may still be being written: kept for the final poll
+        assert sorted(p.name for p in run.samples_dir.iterdir()) == ["step_00000002.json"]
+        assert not (files.rollout_dumps / "1.jsonl").exists()  # not kept, removed
+        ingest.poll(final=True)
+        dump = json.loads((run.samples_dir / "step_00000002.json").read_text())
+        head = (dump["step"], dump["format"], dump["batch_size"], dump["loss"])
+        assert head == (2, 2, 6, "calibrated_clip")
+        assert len(dump["samples"]) == 4
+        firsts = {(s["id"], s["score"]) for s in dump["samples"]}
+        assert len({i for i, _ in firsts}) == 2  # two prompts, each its best and worst
+        assert all(s["correct"] == (s["score"] == 1.0) for s in dump["samples"])
+        run.mark("done")
+    # the analysis reads the run as it reads a tiny one
+    frame = metrics_frame(store, "test")
+    assert set(frame["metric"]) >= {"actor/entropy", "fp8rl/clipfrac_low_negadv"}
+    evals = eval_frame(store, "test")
+    mean = evals[(evals.family == "all") & (evals.step == 2)]
+    assert mean["value"].tolist() == [pytest.approx(0.75)] and set(evals.k) == {4}
+
+
+def test_a_resumed_attempt_replaces_what_came_after_its_checkpoint(
+    tmp_path, monkeypatch, run_config
+):
+    store = RunStore(tmp_path / "runs")
+    with pytest.raises(RuntimeError), store.open_run("test", run_config) as run:
+        files = RunFiles(run.path)
+        rotate_file_logger(files.verl_dir, files.file_logger, None)
+        first = {0: val_metrics(0.1), **{s: train_metrics(s) for s in (1, 2, 3)}}
+        log_like_verl(files.file_logger, monkeypatch, first)
+        Ingestor(run, files.verl_dir, None, 0, 0).poll()
+        raise RuntimeError("verl died after step 3; its last checkpoint is step 2")
+    with store.open_run("test", run_config, rerun_failed=True) as run:
+        assert run.read_metrics().steps == []  # no store checkpoint: the store restarts it
+        rotate_file_logger(files.verl_dir, files.file_logger, 2)  # verl resumes from step 2
+        second = {2: val_metrics(0.9), 3: train_metrics(3, 1.0), 4: train_metrics(4)}
+        log_like_verl(files.file_logger, monkeypatch, second)
+        assert [a.resumed_from for a in read_attempts(files.verl_dir)] == [None, 2]
+        assert (files.verl_dir / "file_logger.1.jsonl").is_file()  # attempt 1 kept aside
+        Ingestor(run, files.verl_dir, None, 0, 0).poll(final=True)
+        assert run.read_metrics().steps == [1, 2, 3, 4]
+        assert run.read_metrics().records[2]["data"] == train_metrics(3, shift=1.0)
+        assert run.read_eval().steps == [0]  # the resumed checkpoint's re-validation is dropped
+    merged = merged_steps(read_attempts(files.verl_dir))
+    assert sorted(merged) == [0, 1, 2, 3, 4]

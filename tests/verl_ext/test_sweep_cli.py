@@ -1,0 +1,71 @@
+"""The real CLI with backend=verl, in a temporary directory: the dry run prints, for every
+point, the commands a cluster user could run as they are (verl itself composes and builds
+one of them here), and a run on this CPU machine is refused in one line before anything is
+written."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+from sweep_cli import sweep
+
+from fp8rl.verl_ext import hooks
+from fp8rl.verl_ext.verl_config import build_verl_config, compose_verl_config
+
+
+def commands(stdout: str) -> list[list[str]]:
+    """The ``python -m verl.trainer.main_ppo`` commands of a dry run, as argv lists."""
+    out = []
+    for block in stdout.split("\n# point #")[1:]:
+        lines = block.split("\n")
+        start = next(i for i, line in enumerate(lines) if "-m verl.trainer.main_ppo" in line)
+        end = next(i for i in range(start, len(lines)) if not lines[i].endswith("\\"))
+        out.append(shlex.split(" ".join(x.rstrip("\\") for x in lines[start : end + 1])))
+    return out
+
+
+def test_the_dry_run_prints_runnable_commands_and_verl_s_config(tmp_path, monkeypatch) -> None:
+    runs = tmp_path / "runs"
+    result = sweep(tmp_path, "--dry-run", "+experiment=table2", "backend=verl", "seed=0",
+                   f"runs_dir={runs}")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "8 grid points (8 start)" in out
+    found = commands(out)
+    assert len(found) == 8
+    assert out.count("python scripts/verl_prepare_data.py --data-dir data/benchmarks") == 8
+    assert out.count("# needs issue 18 (refused until then)") == 7  # all but BF16 standard
+    assert "GPU-hours" in out and "actor_rollout_ref:" in out  # the resolved verl config
+    assert not runs.exists()  # nothing written
+    first = found[0]
+    assert (
+        first[0]
+        == f"VERL_FILE_LOGGER_PATH={runs}/table2/{first[0].split('/')[-3]}/verl/file_logger.jsonl"
+    )
+    assert first[1:4] == ["python", "-m", "verl.trainer.main_ppo"]
+    monkeypatch.setattr(hooks, "IMPLEMENTED", set(hooks.HOOKS))
+    for argv in (found[0], found[-1]):  # BF16; blockwise FP8 + CC (hooks implemented)
+        build_verl_config(compose_verl_config(argv[4:]))
+
+
+@pytest.mark.slow  # the same refusal in process: test_backend.py (sweep's preflight)
+def test_a_grid_without_the_gpu_stack_is_refused_in_one_line_before_it_starts(tmp_path) -> None:
+    runs = tmp_path / "runs"
+    result = sweep(tmp_path, "+experiment=table2_quick", "backend=verl", f"runs_dir={runs}")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    line = result.stderr
+    assert line.startswith("sweep.py: config error: 8 of 8 grid points cannot run")
+    assert "GPU stack is missing" in line and "requirements-cluster.txt" in line
+    assert "benchmark data missing" in line and "prepare_benchmarks.py" in line
+    assert "issue 18" in line  # what the FP8 and CC arms need (grouped by what they lack)
+    assert not runs.exists()  # nothing written: no run registered, no Hydra folder
+
+
+@pytest.mark.slow
+def test_the_full_table2_dry_run(tmp_path: Path) -> None:
+    result = sweep(tmp_path, "--dry-run", "+experiment=table2", "backend=verl",
+                   f"runs_dir={tmp_path / 'runs'}")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert len(commands(result.stdout)) == 32

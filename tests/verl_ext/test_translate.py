@@ -1,0 +1,201 @@
+"""The translation: run-config keys onto verl's keys, and the refusals of what verl would
+silently change or cannot run. Pure functions on composed configs (no verl compose here:
+tests/verl_ext/test_verl_config.py has verl check the results)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from fp8rl.config import ConfigError
+from fp8rl.experiments.backends import resolve_run
+from fp8rl.experiments.compose import Composer
+from fp8rl.verl_ext.backend import VerlBackend
+from fp8rl.verl_ext.translate import (
+    RunFiles,
+    VerlLaunch,
+    check_overrides,
+    format_override,
+    override_key,
+    translate,
+)
+
+RUN = Path("/shared/runs/table2/0123456789abcdef")
+
+
+@pytest.fixture(scope="module")
+def composer():
+    with Composer() as compose:
+        yield compose
+
+
+def launch(composer, *overrides: str) -> VerlLaunch:
+    r = resolve_run(composer(["backend=verl", *overrides]))
+    return translate(r.config, r.experiment.cluster, RunFiles(RUN), experiment="t", run_id="x")
+
+
+def values(result: VerlLaunch) -> dict[str, str]:
+    return {override_key(o): o.split("=", 1)[1] for o in result.overrides}
+
+
+def test_grpo_on_the_paper_model_with_tis(composer) -> None:
+    v = values(launch(composer))
+    assert v["actor_rollout_ref.model.path"] == "Qwen/Qwen3-8B-Base"
+    assert v["algorithm.adv_estimator"] == "grpo"
+    act = "actor_rollout_ref.actor"
+    assert (v[f"{act}.clip_ratio_low"], v[f"{act}.clip_ratio_high"]) == ("0.2", "0.2")
+    assert v["algorithm.rollout_correction.rollout_is"] == "token"  # TIS, C = 2
+    assert v["algorithm.rollout_correction.rollout_is_threshold"] == "2.0"
+    assert v["algorithm.rollout_correction.bypass_mode"] == "false"
+    assert v["actor_rollout_ref.rollout.calculate_log_probs"] == "true"
+    assert v["actor_rollout_ref.actor.policy_loss.loss_mode"] == "calibrated_clip"
+    assert v["actor_rollout_ref.actor.policy_loss.calib_enabled"] == "false"  # standard
+    assert v["trainer.logger"] == "[console,file]" and v["trainer.use_v1"] == "true"
+    assert v["reward.custom_reward_function.path"] == "pkg://fp8rl.verl_ext.reward"
+    assert v["data.val_files"] == f"[{RUN}/verl/data/val_aime24.parquet]"
+    assert v["actor_rollout_ref.rollout.val_kwargs.n"] == "32"
+    assert v["actor_rollout_ref.rollout.quantization"] == "null"  # BF16 rollout
+    assert v["actor_rollout_ref.actor.ppo_mini_batch_size"] == "64"  # 256 prompts / 4
+
+
+def test_dapo_is_its_settings_and_the_dapo_reward_manager(composer) -> None:
+    v = values(launch(composer, "algorithm=dapo"))
+    assert v["actor_rollout_ref.actor.clip_ratio_high"] == "0.28"
+    assert v["algorithm.filter_groups.enable"] == "true"
+    assert v["algorithm.filter_groups.metric"] == "acc"
+    assert v["reward.reward_manager.name"] == "dapo"
+    assert v["reward.reward_kwargs.overlong_buffer_cfg.len"] == "3840"  # a quarter of 15360
+    assert v["reward.reward_kwargs.max_resp_len"] == "15360"
+    assert (
+        "+reward.reward_kwargs.max_resp_len=15360" in launch(composer, "algorithm=dapo").overrides
+    )
+
+
+def test_fp8_rollout_is_vllm_block_fp8_and_other_scalings_are_a_hook(composer) -> None:
+    block = launch(composer, "granularity=fp8_rollout_only")
+    assert values(block)["actor_rollout_ref.rollout.quantization"] == "fp8"
+    assert block.hooks == ()
+    other = launch(composer, "granularity=fp8_rollout_only", "granularity.block_size=64")
+    assert other.hooks == ("rollout_scaling",)
+    v = values(other)
+    assert v["actor_rollout_ref.rollout._target_"] == "fp8rl.verl_ext.hooks.FP8RolloutConfig"
+    assert v["actor_rollout_ref.rollout.fp8rl_block_size"] == "64"
+    lm_head = launch(composer, "granularity=fp8_rollout_only", "granularity.lm_head=true")
+    assert lm_head.hooks == ("rollout_scaling",)  # vLLM's fp8 keeps the LM head in BF16
+
+
+def test_fp8_training_and_calibrated_clipping_are_hooks_never_dropped(composer) -> None:
+    result = launch(composer, "granularity=rowwise", "clipping=calibrated", "clipping.period=7")
+    assert result.hooks == ("fp8_training", "calibrated_clipping", "rollout_scaling")
+    v = values(result)
+    assert v["actor_rollout_ref.actor.fsdp_config.fp8rl_recipe"] == "rowwise"
+    assert v["actor_rollout_ref.actor.policy_loss.calib_period"] == "7"
+    assert v["actor_rollout_ref.rollout.fp8rl_weight_scale"] == "channel"
+    shadow = launch(composer, "train.shadow_every=1")
+    assert shadow.hooks == ("calibrated_clipping",)  # BF16 shadow diagnostics in the actor
+    kl = launch(composer, "algorithm.kl_coef=0.1", "algorithm.ref_recipe=blockwise")
+    assert kl.hooks == ("fp8_training",)  # an FP8 KL reference
+    assert values(kl)["actor_rollout_ref.ref.fsdp_config.fp8rl_recipe"] == "blockwise"
+
+
+def test_fixed_bounds_and_verl_losses(composer) -> None:
+    v = values(launch(composer, "clipping.init_low=0.6", "clipping.init_high=1.8"))
+    pl = "actor_rollout_ref.actor.policy_loss"
+    assert (v[f"{pl}.clip_low"], v[f"{pl}.clip_high"]) == ("0.6", "1.8")
+    vanilla = values(launch(composer, "clipping.loss=vanilla"))
+    assert vanilla["actor_rollout_ref.actor.policy_loss.loss_mode"] == "vanilla"
+    assert "actor_rollout_ref.actor.policy_loss._target_" not in vanilla  # verl's own config
+    cispo = values(launch(composer, "clipping=cispo"))
+    assert cispo["actor_rollout_ref.actor.policy_loss.loss_mode"] == "fp8rl_cispo"
+
+
+def test_rollout_old_logprobs_are_bypass_mode_on_the_v1_trainer(composer) -> None:
+    v = values(launch(composer, "train.old_logprob_source=rollout"))
+    assert v["algorithm.rollout_correction.bypass_mode"] == "true"
+    assert v["algorithm.rollout_correction.rollout_is"] == "null"  # TIS cannot act
+    assert v["trainer.use_v1"] == "true"  # the V1 trainer keeps our loss in bypass mode
+
+
+def test_bypass_mode_with_our_loss_on_the_legacy_trainer_is_refused(composer) -> None:
+    with pytest.raises(ConfigError, match=r"sets trainer.use_v1 again"):
+        extra = "cluster.extra_overrides=['trainer.use_v1=false']"
+        launch(composer, "train.old_logprob_source=rollout", extra)
+    ours = [
+        "trainer.use_v1=false",
+        "algorithm.rollout_correction.bypass_mode=true",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=calibrated_clip",
+    ]
+    with pytest.raises(ConfigError, match=r"replaces the loss.*apply_bypass_mode"):
+        check_overrides(ours)
+    check_overrides([*ours[1:], "trainer.use_v1=true"])  # V1: our loss stays
+    verl_loss = "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla"
+    check_overrides(["trainer.use_v1=false", ours[1], verl_loss])  # verl's own loss: it is
+
+
+def test_extra_overrides_are_appended_and_may_not_set_a_key_of_ours(composer) -> None:
+    extra = "actor_rollout_ref.rollout.max_num_seqs=512"
+    result = launch(composer, f"cluster.extra_overrides=['{extra}']")
+    assert result.overrides[-1] == extra
+    with pytest.raises(ConfigError, match=r"cluster.extra_overrides sets data.train_batch_size"):
+        launch(composer, "cluster.extra_overrides=['data.train_batch_size=8']")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["eval.precision=training"], r"verl validates with its rollout engine"),
+        (["eval.max_new_tokens=100"], r"eval.max_new_tokens=100 differs from rollout"),
+        (["train.ppo_mini_batches=3"], r"ppo_mini_batches=3 does not divide"),
+        (["task=noise_probe"], r"task=noise_probe: the verl backend runs RL"),
+        (["eval.families=[add_sub]"], r"eval.families: unknown \['add_sub'\]"),
+        (["rollout.max_new_tokens=32000", "eval.max_new_tokens=32000"], r"exceeds .*context"),
+        (["cluster.rollout_tp=3", "cluster.gpus_per_node=6"], r"does not divide the 8 key-value"),
+        (["cluster.gpus_per_node=3"], r"cluster.rollout_tp=2 does not divide cluster.gpus_per_n"),
+        (["cluster.nnodes=3"], r"does not split over the 24 GPUs"),
+        (["max_steps_this_call=1"], r"max_steps_this_call is the tiny backend's"),
+    ],
+)
+def test_what_verl_cannot_run_is_refused_when_resolved(composer, overrides, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        resolve_run(composer(["backend=verl", *overrides]))
+
+
+def test_overrides_parse_back_to_their_values() -> None:
+    parser = OverridesParser.create()
+    for value in ["/a b/c.parquet", "pkg://x.y", "Qwen/Qwen3-8B-Base", "it's", "true", "1e-06",
+                  None, True, 2, 1e-6, ["a", "/b c"], "token-mean", "${x}"]:  # fmt: skip
+        parsed = parser.parse_override(format_override("k", value)).value()
+        assert parsed == value, (value, parsed)
+
+
+def test_the_shell_line_is_one_command_a_user_can_paste(composer) -> None:
+    import shlex
+
+    result = launch(composer, "cluster.ray_address=auto")
+    words = shlex.split(result.shell().replace("\\\n", " "))
+    env = dict(w.split("=", 1) for w in words[:2])
+    assert env == {"RAY_ADDRESS": "auto", "VERL_FILE_LOGGER_PATH": f"{RUN}/verl/file_logger.jsonl"}
+    assert words[2:] == result.command()
+
+
+def test_the_backend_resets_tiny_only_keys_and_says_so(composer) -> None:
+    r = resolve_run(composer(["backend=verl", "train.probe_size=3", "model.sft.steps=9"]))
+    assert r.config.train.probe_size == 8 and r.config.model.sft.steps == 600  # the defaults
+    assert set(r.unused) >= {"train.probe_size", "model.sft.steps"}
+    assert r.config.granularity.block_size is None  # no blockwise scaling anywhere
+    b = resolve_run(composer(["backend=verl", "granularity=blockwise"]))
+    assert b.config.granularity.block_size == 128  # vLLM's and the verl backend's block
+    same = resolve_run(composer(["backend=verl", "granularity=blockwise", "train.probe_size=1"]))
+    assert same.plain == b.plain  # one run id however the unused keys are spelled
+    assert VerlBackend().resolve(b.config)[0] == b.config  # idempotent
+
+
+def test_without_evaluation_verl_still_gets_a_validation_file(composer) -> None:
+    """verl's trainer builds a validation loader of batch size len(dataset) even with
+    test_freq=-1 (trainer_base.py), so an empty val_files would fail at start."""
+    v = values(launch(composer, "eval.every=0"))
+    assert v["data.val_files"] == f"[{RUN}/verl/data/train.parquet]"
+    assert (v["trainer.test_freq"], v["trainer.val_before_train"]) == ("-1", "false")
+    assert v["trainer.validation_data_dir"] == "null"
