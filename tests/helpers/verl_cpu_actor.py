@@ -67,6 +67,9 @@ class ActorCase:
     shadow_every: int = 0
     seed: int = 0
     packed: bool = True  # model.use_remove_padding (verl's packed layout; false: padded)
+    # actor.use_dynamic_bsz (what the translation sets): micro-batches by a token budget of
+    # this many sequences, re-ordered by verl (None: one micro-batch per mini-batch)
+    dynamic_bsz: int | None = None
 
     @property
     def rows_per_rank(self) -> int:
@@ -109,7 +112,6 @@ def overrides(case: ActorCase, model_dir: Path) -> list[str]:
         # FP32 compute: without mixed_precision verl's FSDP2 casts parameters to BF16 and runs
         # under BF16 autocast whatever fsdp_config.dtype says (_build_fsdp_module)
         f"+{act}.fsdp_config.mixed_precision={{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}}",
-        f"{act}.use_dynamic_bsz=false",
         f"{act}.ppo_mini_batch_size={case.rows // case.mini_batches}",
         f"{act}.ppo_micro_batch_size_per_gpu={case.mini_rows_per_rank}",
         f"{act}.ppo_epochs={case.epochs}",
@@ -122,6 +124,14 @@ def overrides(case: ActorCase, model_dir: Path) -> list[str]:
         f"{pl}._target_=fp8rl.verl_ext.hooks.CalibratedClippingConfig",
         f"+{pl}.fp8rl_shadow_every={case.shadow_every}",
     ]  # fmt: skip
+    dynamic = case.dynamic_bsz is not None
+    ro = "actor_rollout_ref.rollout"
+    out += [f"{act}.use_dynamic_bsz={str(dynamic).lower()}",
+            f"{ro}.log_prob_use_dynamic_bsz={str(dynamic).lower()}"]  # fmt: skip
+    if dynamic:
+        budget = case.dynamic_bsz * (case.prompt_len + case.response_len)
+        out += [f"{act}.ppo_max_token_len_per_gpu={budget}",
+                f"{ro}.log_prob_max_token_len_per_gpu={budget}"]  # fmt: skip
     for knob, value in case.calib.items():
         out.append(f"+{pl}.calib_{knob}={_hydra(value)}")
     if case.recipe != "bf16":

@@ -262,3 +262,25 @@ def test_bypass_mode_pools_every_visit_over_the_period(model_dir: Path, tmp_path
     assert ranks[0]["steps"][1]["metrics"]["fp8rl/calib/pool_steps"] == [2.0]
     assert_step_matches_the_tiny_backend(ranks, reference(case, model_dir).steps[0], case)
     assert_the_actor_calibrates_as_one_process(ranks, case)
+
+
+@pytest.mark.slow
+def test_dynamic_batch_sizes_keep_every_row_s_tokens_in_place(model_dir: Path, tmp_path: Path):
+    """verl's use_dynamic_bsz (the translation's setting): micro-batches by a token budget (3
+    of a mini-batch's 4 sequences, so micro-batches of 3 and 1), rows grouped by verl and
+    restored after; the row index must travel with them. FP8 gradients depend on how rows are
+    grouped (a weight gradient's scales run over a micro-batch's tokens) and Adam's first
+    step turns any gradient difference into a full learning-rate step, so this run keeps the
+    weights fixed (lr 0): every recorded log-prob must then be its row's pre-update one,
+    which the tiny backend computes row by row (rowwise forwards scale per token)."""
+    case = ActorCase(recipe="rowwise", dynamic_bsz=3, lr=0.0)
+    ranks = _run(case, model_dir, tmp_path)
+    ref = reference(case, model_dir).steps[0]
+    mask = _rows(ranks, 0, "mask")
+    assert torch.equal(mask, ref["four"]["mask"]) and int(mask.sum()) == 96
+    for key, same_as in (("log_prob_fp8", "old_fp8"), ("log_prob_bf16", "old_log_prob_bf16"),
+                         ("old_log_prob_bf16", "old_log_prob_bf16")):  # fmt: skip
+        theirs = ref["old_fp8"] if same_as == "old_fp8" else ref["four"][same_as]
+        assert_close_tokens(_rows(ranks, 0, key)[mask], theirs[mask], key)
+    assert len(ranks[0]["steps"][0]["metrics"]["grad_norm"]) == case.mini_batches
+    assert_the_actor_calibrates_as_one_process(ranks, case)
