@@ -258,7 +258,7 @@ class ActorCalibration:
         if not self.calibrator.is_src:
             return None
         if not path.is_file():
-            logger.warning("%s: no calibrator state; the bounds restart from the initial", path)
+            logger.warning("no %s: the calibrated bounds start again from their initial", path)
             return None
         return json.loads(path.read_text())
 

@@ -230,8 +230,11 @@ def test_every_training_recipe_matches_the_tiny_backend(
     case = ActorCase(recipe=recipe)
     ranks = _run(case, model_dir, tmp_path)
     assert ranks[0]["linears"] == [linear]
-    ref = reference(case, model_dir).steps[0]
-    assert_step_matches_the_tiny_backend(ranks, ref, case, rel, after_update_atol)
+    ref = reference(case, model_dir)
+    export = ranks[0]["export"]  # the weight sync's source: the master weights, same names
+    assert export.keys() == ref.export.keys()
+    assert all(torch.equal(export[k], v) for k, v in ref.export.items())
+    assert_step_matches_the_tiny_backend(ranks, ref.steps[0], case, rel, after_update_atol)
     assert_the_actor_calibrates_as_one_process(ranks, case)
 
 
