@@ -47,6 +47,7 @@ __all__ = [
     "TorchAOFloat8Linear",
     "bf16_linear",
     "cached_weight",
+    "drop_weight_caches",
     "emulated_fp8_linear",
     "native_bf16_linear",
     "set_bf16_compute",
@@ -84,6 +85,9 @@ def native_bf16_linear(
     return mark_on_grid(F.linear(_to_bf16(x), _to_bf16(weight), b).to(x.dtype))
 
 
+_CACHE = "_fp8rl_weight_cache"
+
+
 def cached_weight(
     mod: nn.Module, slot: str, weight: torch.Tensor, make: Callable[[torch.Tensor], torch.Tensor]
 ) -> torch.Tensor:
@@ -93,11 +97,19 @@ def cached_weight(
     if torch.is_grad_enabled() or not fast_paths_enabled():
         return make(weight)
     key = (weight.data_ptr(), weight._version, torch.is_inference_mode_enabled())
-    cache = mod.__dict__.setdefault("_fp8rl_weight_cache", {})
+    cache = mod.__dict__.setdefault(_CACHE, {})
     hit = cache.get(slot)
     if hit is None or hit[0] != key:
         hit = cache[slot] = (key, make(weight))
     return hit[1]
+
+
+def drop_weight_caches(model: nn.Module) -> None:
+    """Forget every weight :func:`cached_weight` holds in ``model``: for a caller whose
+    weights change without their storage or version counter moving (FSDP2 refills its
+    unsharded parameters in place at every all-gather)."""
+    for mod in model.modules():
+        mod.__dict__.pop(_CACHE, None)
 
 
 class PrecisionLinear(nn.Linear):

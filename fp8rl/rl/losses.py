@@ -312,6 +312,11 @@ def _common_args(
     if config is None:
         raise ValueError("a policy loss needs its actor config (verl passes ActorConfig)")
     policy_loss = _get(config, "policy_loss")
+    # A config whose settings need a driver outside the loss (verl: fp8rl's actor worker
+    # moving the bounds) refuses to be used without it, instead of clipping at fixed bounds.
+    assert_driven = getattr(policy_loss, "assert_driven", None)
+    if assert_driven is not None:
+        assert_driven()
     if _get(policy_loss, "require_rollout_is_weights", False) and rollout_is_weights is None:
         raise ValueError(
             "policy_loss.require_rollout_is_weights is set but no rollout_is_weights reached "

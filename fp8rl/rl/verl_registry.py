@@ -81,8 +81,9 @@ class CalibratedClipLossConfig(PolicyLossConfig):
     ``histograms``, ``require_rollout_is_weights``.
 
     Calibration knobs (``calib_*``, same meaning as ``fp8rl.rl.calibration.CalibratorConfig``
-    without the prefix; ``eps_low``/``eps_high`` come from the actor's
-    ``clip_ratio_low``/``clip_ratio_high``): see :meth:`calibrator_config`.
+    without the prefix - ``calib_at_start`` is ``calibrate_at_start``; ``eps_low``/``eps_high``
+    come from the actor's ``clip_ratio_low``/``clip_ratio_high``): one field per knob of
+    ``CalibratorConfig`` (a test checks the two agree), see :meth:`calibrator_config`.
     """
 
     _mutable_fields: ClassVar[set[str]] = PolicyLossConfig._mutable_fields | {
@@ -110,6 +111,8 @@ class CalibratedClipLossConfig(PolicyLossConfig):
     calib_upper_rule: str = CalibratorConfig.upper_rule
     calib_lower_only: bool = CalibratorConfig.lower_only
     calib_at_start: bool = CalibratorConfig.calibrate_at_start
+    calib_pool: str = CalibratorConfig.pool
+    calib_min_tail_tokens: int = CalibratorConfig.min_tail_tokens
 
     def __post_init__(self) -> None:
         if self.loss_mode not in VERL_LOSS_NAMES:
@@ -144,6 +147,8 @@ class CalibratedClipLossConfig(PolicyLossConfig):
             upper_rule=self.calib_upper_rule,
             lower_only=self.calib_lower_only,
             calibrate_at_start=self.calib_at_start,
+            pool=self.calib_pool,
+            min_tail_tokens=self.calib_min_tail_tokens,
             start_step=1,  # verl's global_steps start at 1
         )
 
@@ -188,4 +193,24 @@ def _check_option_mirror() -> None:
         raise RuntimeError(f"PolicyLossOptions and CalibratedClipLossConfig disagree on {missing}")
 
 
+#: CalibratorConfig fields that are not ``calib_*`` knobs (the actor's clip ratios, verl's
+#: first step) and the knobs whose ``calib_*`` name differs from the field's.
+_NOT_KNOBS = ("eps_low", "eps_high", "start_step")
+_KNOB_NAMES = {"calibrate_at_start": "calib_at_start"}
+
+
+def _check_calibrator_mirror() -> None:
+    """Every CalibratorConfig knob has its ``calib_*`` field here, with the same default."""
+    ours = {f.name: f.default for f in fields(CalibratedClipLossConfig)}
+    wrong = {
+        f.name
+        for f in fields(CalibratorConfig)
+        if f.name not in _NOT_KNOBS
+        and ours.get(_KNOB_NAMES.get(f.name, f"calib_{f.name}"), object()) != f.default
+    }
+    if wrong:
+        raise RuntimeError(f"CalibratedClipLossConfig lacks or mis-defaults calib_* for {wrong}")
+
+
 _check_option_mirror()
+_check_calibrator_mirror()

@@ -10,7 +10,11 @@ imports nothing, so ``import fp8rl.verl_ext`` stays cheap):
 - ``presets``: the models it knows (Hugging Face ids, architecture facts);
 - ``translate``: a resolved run config -> the ``python -m verl.trainer.main_ppo`` overrides;
 - ``verl_config``: verl's own config composed and built offline (the translation's check);
-- ``hooks``: the config classes issue 18 (part 2) implements, refusing until then;
+- ``hooks``: the config classes that carry fp8rl's settings into verl (FP8 engine,
+  Calibrated Clipping, rollout scaling), checked where verl builds them;
+- ``fp8_engine``: FP8 training and the BF16 shadow in verl's FSDP2 engine;
+- ``calibrated_actor``: Calibrated Clipping in verl's actor worker; ``actor_trainer`` (GPU
+  only) and ``trainer_plugin``: the V1 trainer that places it;
 - ``data``: the shared benchmark files and verl's parquet; ``reward``: the math reward;
 - ``launch``: running verl into the run store; ``ingest``: verl's logs -> the run store;
 - ``cost``: GPU time per step, an estimate;

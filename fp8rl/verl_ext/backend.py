@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from fp8rl.config import ClusterConfig, ConfigError, RunConfig
 from fp8rl.runs import RunStore, RunSummary
 from fp8rl.verl_ext.cost import VerlCost
-from fp8rl.verl_ext.hooks import HOOKS, missing_hooks
+from fp8rl.verl_ext.hooks import HOOKS
 from fp8rl.verl_ext.launch import POLL_S, launch_problems, run_verl
 from fp8rl.verl_ext.presets import get_model
 from fp8rl.verl_ext.settings import resolve_config
@@ -106,12 +106,8 @@ class VerlBackend:
         ]
         for note in launch.notes:
             lines.append(f"# {note}")
-        missing = missing_hooks(launch.hooks)
-        if missing:
-            lines.append(
-                "# needs issue 18 (refused until then): "
-                + "; ".join(f"{n}: {HOOKS[n]}" for n in missing)
-            )
+        for hook in launch.hooks:
+            lines.append(f"# fp8rl inside verl ({hook}): {HOOKS[hook]}")
         return "\n".join(lines)
 
     def describe_config(self, cfg: RunConfig, exp: Any, run_dir: Path) -> str:
@@ -145,7 +141,7 @@ class VerlBackend:
     ) -> RunSummary:
         """Start, resume or skip the run of ``cfg``. A run that would start is first checked
         (:func:`fp8rl.verl_ext.launch.launch_problems`): on a machine without verl's GPU
-        stack, with benchmark files missing, or needing issue 18's hooks, it is refused
+        stack or with benchmark files missing, it is refused
         (ConfigError) before anything is written. ``cache_dir`` is not read (verl caches
         the Hugging Face weights itself). ``export_hf`` (the evaluation stage's HF checkpoints
         at each evaluated step) is refused: verl writes FSDP checkpoints

@@ -15,9 +15,11 @@ What verl 0.9.1 writes (all under ``<run>/verl/``, ``fp8rl.verl_ext.translate.Ru
 
 Into the store (``fp8rl.runs``): each step's training metrics to ``metrics.jsonl``, its
 validation metrics to ``eval.jsonl`` at the same step (step 0: the base model), names as
-verl wrote them (``actor/pg_clipfrac``, ``val-core/aime24/acc/mean@32``, ``fp8rl/...`` from
-the policy loss); plus ``val-core/all/acc/mean@<k>``, the unweighted mean over the
-benchmarks of the step (what the tiny evaluator logs as ``all``), when verl did not log it.
+verl wrote them (``actor/pg_clipfrac``, ``val-core/aime24/acc/mean@32``), except that fp8rl's
+own, which the V1 trainer logs as ``actor/fp8rl/...`` (from the policy loss and the actor's
+calibration), are stored as ``fp8rl/...``, the tiny backend's names; plus
+``val-core/all/acc/mean@<k>``, the unweighted mean over the benchmarks of the step (what the
+tiny evaluator logs as ``all``), when verl did not log it.
 Rollout dumps of every ``train.dump_samples_every``-th step become ``samples/step_<n>.json``
 (the token viewer's format 2, response-level: verl's dumps hold text, not tokens).
 """
@@ -133,10 +135,20 @@ def merged_steps(attempts: Iterable[Attempt]) -> dict[int, dict[str, Any]]:
     return dict(sorted(steps.items()))
 
 
+#: verl's V1 trainer prefixes every metric the actor returns with ``actor/``
+#: (``rename_dict(..., "actor/")`` in ``_update_actor``), fp8rl's ``fp8rl/...`` included.
+_ACTOR_FP8RL = "actor/fp8rl/"
+
+
 def split_step(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(training metrics, validation metrics) of one logged step; adds
+    """(training metrics, validation metrics) of one logged step; ``actor/fp8rl/...`` is
+    stored as ``fp8rl/...`` (the name the loss and the actor gave it, the tiny backend's); adds
     ``val-core/all/acc/mean@<k>`` (the unweighted mean over benchmarks) when absent."""
-    train = {k: v for k, v in data.items() if not k.startswith(EVAL_PREFIXES)}
+    train = {
+        (k[len("actor/") :] if k.startswith(_ACTOR_FP8RL) else k): v
+        for k, v in data.items()
+        if not k.startswith(EVAL_PREFIXES)
+    }
     evals = {k: v for k, v in data.items() if k.startswith(EVAL_PREFIXES)}
     by_k: dict[str, list[float]] = {}
     for key, value in evals.items():

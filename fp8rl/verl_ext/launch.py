@@ -2,8 +2,8 @@
 the run store.
 
 :func:`launch_problems` is everything that refuses a launch before anything starts (no
-run directory, no process): hooks of issue 18 nothing implements, missing benchmark files,
-and a machine without verl's GPU stack (a CUDA GPU, vLLM, TransferQueue). :func:`run_verl`
+run directory, no process): missing benchmark files and a machine without verl's GPU stack (a
+CUDA GPU, vLLM, TransferQueue). :func:`run_verl`
 then, with the run open in the store: writes the run's parquet files, moves an earlier
 attempt's logger file aside, records the exact command (``verl/command.sh``), starts verl
 as a child process (its output in ``verl/driver.log``) and ingests its outputs while it runs
@@ -29,7 +29,6 @@ from typing import Any
 from fp8rl.config import ClusterConfig, ConfigError, RunConfig
 from fp8rl.runs import Run, RunStatus, atomic_write_text
 from fp8rl.verl_ext.data import TRAIN_SET, check_data, prepare_verl_data
-from fp8rl.verl_ext.hooks import HOOKS, ISSUE, missing_hooks
 from fp8rl.verl_ext.ingest import Ingestor, rotate_file_logger
 from fp8rl.verl_ext.translate import RunFiles, VerlLaunch
 
@@ -72,14 +71,6 @@ def gpu_stack_problems() -> list[str]:
 def launch_problems(launch: VerlLaunch, cluster: ClusterConfig) -> list[str]:
     """Why ``launch`` cannot start here, each with its fix (empty: it can)."""
     problems = []
-    missing = missing_hooks(launch.hooks)
-    if missing:
-        needs = "; ".join(f"{name}: {HOOKS[name]}" for name in missing)
-        problems.append(
-            f"the run needs what verl 0.9.1 lacks ({needs}); {ISSUE} adds it. Run this arm on "
-            "the tiny backend, or leave it out of the grid (docs/verl_backend.md, 'What part 2 "
-            "adds')"
-        )
     try:
         check_data(cluster.data_dir, [TRAIN_SET, *launch.benchmarks])
     except ConfigError as exc:

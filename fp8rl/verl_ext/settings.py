@@ -13,8 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from fp8rl.config import ConfigError, RunConfig, leaf_fields, override, resolve
+from fp8rl.rl.losses import LIVE_BOUND_LOSSES
 from fp8rl.verl_ext.data import BENCHMARKS
 from fp8rl.verl_ext.presets import PRESETS, get_model
+from fp8rl.verl_ext.rollout_quant import VllmRolloutFormat
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -86,6 +88,18 @@ def validate(cfg: RunConfig) -> None:
             f"train.ppo_mini_batches={t.ppo_mini_batches} does not divide "
             f"rollout.prompts_per_step={r.prompts_per_step}: verl's mini-batch is whole prompts "
             "(actor.ppo_mini_batch_size)"
+        )
+    quant = cfg.rollout_quant()
+    if quant is not None:  # what vLLM can hold (an FP8 LM head it cannot)
+        try:
+            VllmRolloutFormat(quant)
+        except ValueError as exc:
+            raise ConfigError(f"the verl backend's vLLM rollout: {exc}") from None
+    if t.shadow_every and cfg.clipping.loss not in LIVE_BOUND_LOSSES:
+        raise ConfigError(
+            f"train.shadow_every={t.shadow_every} with clipping.loss={cfg.clipping.loss}: on "
+            "verl that loss is verl's own, whose config cannot carry fp8rl's shadow settings; "
+            "use clipping.loss=calibrated_clip (the same loss at standard bounds)"
         )
     model = get_model(cfg.model.preset)
     if MAX_PROMPT_LENGTH + r.max_new_tokens > model.max_position:

@@ -21,11 +21,21 @@
   ``validation_data_dir``, checkpoints to ``trainer.default_local_dir``, all under
   ``<run>/verl/`` (:class:`RunFiles`), which ``fp8rl.verl_ext.ingest`` reads into the store.
 
-What verl 0.9.1 lacks (FP8 training in the actor, Calibrated Clipping's bound updates,
-rollout scaling other than 128x128 blocks) is never dropped: the command selects the
-config classes of ``fp8rl.verl_ext.hooks`` for it and the launch names the missing
-hooks (:attr:`VerlLaunch.hooks`). Combinations verl would silently change are refused
-(:func:`check_overrides`).
+What verl 0.9.1 lacks is fp8rl's, selected by the command (:attr:`VerlLaunch.hooks` names
+them; docs/verl_backend.md, "fp8rl inside verl"):
+
+- FP8 training: ``actor.fsdp_config._target_=fp8rl.verl_ext.hooks.FP8EngineConfig`` with the
+  recipe (fp8rl's FP8 FSDP2 engine, :mod:`fp8rl.verl_ext.fp8_engine`);
+- Calibrated Clipping and BF16 shadow diagnostics: the ``calib_*``/``fp8rl_shadow_every``
+  fields of ``policy_loss`` (:class:`~fp8rl.verl_ext.hooks.CalibratedClippingConfig`), run by
+  fp8rl's trainer and actor worker: ``trainer.v1.trainer_mode=fp8rl_sync`` and
+  ``FP8RL_VERL_TRAINER=1`` (:mod:`fp8rl.verl_ext.actor_trainer`);
+- a rollout scaling other than vLLM's 128x128 blocks: ``rollout._target_=...FP8RolloutConfig``
+  with ``quantization=null`` and ``FP8RL_VLLM_ROLLOUT_QUANT`` (:mod:`fp8rl.verl_ext.vllm_rollout`).
+
+The environment variables go to the driver (:attr:`VerlLaunch.env`) and, through
+``ray_kwargs.ray_init.runtime_env.env_vars``, to every Ray worker verl starts, on every node.
+Combinations verl would silently change are refused (:func:`check_overrides`).
 """
 
 from __future__ import annotations
@@ -40,7 +50,10 @@ from typing import Any
 from fp8rl.config import ClusterConfig, ConfigError, RunConfig
 from fp8rl.rl.verl_registry import VERL_LOSS_NAMES
 from fp8rl.verl_ext.presets import get_model
+from fp8rl.verl_ext.rollout_quant import VllmRolloutFormat
 from fp8rl.verl_ext.settings import DEFAULT_BLOCK_SIZE, MAX_PROMPT_LENGTH
+from fp8rl.verl_ext.trainer_plugin import ENV_VAR as TRAINER_ENV_VAR
+from fp8rl.verl_ext.trainer_plugin import TRAINER_MODE
 
 __all__ = [
     "ENTRY_POINT",
@@ -60,6 +73,8 @@ PROJECT = "fp8rl"
 #: ``trainer.total_epochs``: large, so that ``trainer.total_training_steps`` ends the run.
 TOTAL_EPOCHS = 1000
 _HOOKS = "fp8rl.verl_ext.hooks"
+#: Where verl's run_ppo takes the Ray workers' environment from (merged onto its defaults).
+RAY_ENV = "ray_kwargs.ray_init.runtime_env.env_vars"
 _BARE = re.compile(r"^[A-Za-z0-9_.\-/:@%+]+$")  # what Hydra reads unquoted
 
 
@@ -117,9 +132,10 @@ class VerlLaunch:
     """One run as verl runs it.
 
     overrides: ``main_ppo`` Hydra overrides, in order (``+key=value`` adds a key verl's
-    ``ppo_trainer.yaml`` does not have); env: the driver's environment additions;
-    hooks: the ``fp8rl.verl_ext.hooks`` hooks the run needs (issue 18's; none for a BF16 run
-    or vLLM's blockwise FP8 rollout); data: the benchmark files it reads (shared schema).
+    ``ppo_trainer.yaml`` does not have); env: the driver's environment additions (the ones
+    verl's Ray workers need are in the overrides too, under :data:`RAY_ENV`); hooks: what of
+    fp8rl's the run uses inside verl (``fp8rl.verl_ext.hooks.HOOKS``; none for a BF16 run or
+    vLLM's blockwise FP8 rollout); benchmarks: the benchmark files it reads (shared schema).
     """
 
     overrides: tuple[str, ...]
@@ -203,18 +219,21 @@ def translate(
     o = _Overrides()
     hooks: list[str] = []
     notes: list[str] = []
+    workers_env: dict[str, str] = {}  # the driver's and every Ray worker's
     _trainer(o, cfg, cluster, files, experiment, run_id)
     _data(o, cfg, files)
     _model(o, cfg, cluster)
     _algorithm(o, cfg)
     _actor(o, cfg, cluster, hooks)
-    _loss(o, cfg, hooks)
-    _rollout(o, cfg, cluster, hooks, notes)
+    _loss(o, cfg, hooks, workers_env)
+    _rollout(o, cfg, cluster, hooks, notes, workers_env)
     _validation(o, cfg)
     _reward(o, cfg)
+    for name, value in sorted(workers_env.items()):
+        o.add(f"{RAY_ENV}.{name}", value)
     overrides = (*o.render(), *cluster.extra_overrides)
     check_overrides(overrides, own=len(o.items))
-    env = {"VERL_FILE_LOGGER_PATH": str(files.file_logger)}
+    env = {"VERL_FILE_LOGGER_PATH": str(files.file_logger), **workers_env}
     if cluster.ray_address:
         env["RAY_ADDRESS"] = cluster.ray_address
     benchmarks = tuple(cfg.eval.families or ()) if cfg.eval.every else ()
@@ -327,7 +346,7 @@ def _actor(o: _Overrides, cfg: RunConfig, cluster: ClusterConfig, hooks: list[st
 
 
 def _fp8_engine(o: _Overrides, node: str, recipe: str, g: Any, hooks: list[str]) -> None:
-    """FP8 training (and an FP8 KL reference) is the ``fp8_training`` hook."""
+    """FP8 training (and an FP8 KL reference): fp8rl's FP8 engine, selected by its config."""
     if recipe == "bf16":
         return
     hooks.append("fp8_training")
@@ -337,7 +356,7 @@ def _fp8_engine(o: _Overrides, node: str, recipe: str, g: Any, hooks: list[str])
     o.add(f"{node}.fp8rl_lm_head", g.lm_head)
 
 
-def _loss(o: _Overrides, cfg: RunConfig, hooks: list[str]) -> None:
+def _loss(o: _Overrides, cfg: RunConfig, hooks: list[str], workers_env: dict[str, str]) -> None:
     c, t = cfg.clipping, cfg.train
     pl = "actor_rollout_ref.actor.policy_loss"
     o.set(f"{pl}.loss_mode", c.loss)
@@ -346,8 +365,10 @@ def _loss(o: _Overrides, cfg: RunConfig, hooks: list[str]) -> None:
     o.set(f"{pl}._target_", f"{_HOOKS}.CalibratedClippingConfig")
     calibrated = c.mode == "calibrated"
     o.add(f"{pl}.calib_enabled", calibrated)
-    if calibrated or t.shadow_every:
+    if calibrated or t.shadow_every:  # fp8rl's actor: its trainer places the worker
         hooks.append("calibrated_clipping")
+        o.set("trainer.v1.trainer_mode", TRAINER_MODE)
+        workers_env[TRAINER_ENV_VAR] = "1"
     if calibrated:
         for knob, value in (
             ("period", c.period),
@@ -376,6 +397,7 @@ def _rollout(
     cluster: ClusterConfig,
     hooks: list[str],
     notes: list[str],
+    workers_env: dict[str, str],
 ) -> None:
     r, g = cfg.rollout, cfg.granularity
     ro = "actor_rollout_ref.rollout"
@@ -403,6 +425,11 @@ def _rollout(
             "every weight sync, dynamic 1x128 activation groups, BF16 LM head)"
         )
         return
+    # fp8rl's vLLM rollout: per-tensor/per-channel weights (or other blocks), switched on in
+    # every verl process by the environment variable; vLLM's own quantization stays off
+    fmt = VllmRolloutFormat.from_granularity(
+        g.rollout, activation=g.rollout_activation, block_size=block
+    )
     hooks.append("rollout_scaling")
     o.set(f"{ro}.quantization", None)
     o.set(f"{ro}._target_", f"{_HOOKS}.FP8RolloutConfig")
@@ -410,6 +437,12 @@ def _rollout(
     o.add(f"{ro}.fp8rl_activation_scale", g.rollout_activation)
     o.add(f"{ro}.fp8rl_block_size", block)
     o.add(f"{ro}.fp8rl_lm_head", g.lm_head)
+    workers_env.update(fmt.to_env())
+    notes.append(
+        f"FP8 rollout: fp8rl's vLLM rollout, {fmt.granularity} weights ({fmt.vllm_quantization} "
+        f"scheme), {fmt.quant.act} activations, re-quantised from the master weights on every "
+        "weight sync (fp8rl.verl_ext.vllm_rollout; not yet run on a GPU)"
+    )
 
 
 def _validation(o: _Overrides, cfg: RunConfig) -> None:

@@ -19,8 +19,9 @@ loaded (``verl.trainer.ppo.reward``).
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,15 +76,42 @@ class VerlConfigs:
     model: Any | None
 
 
-def build_verl_config(config: DictConfig, *, model_dir: str | Path | None = None) -> VerlConfigs:
+@contextlib.contextmanager
+def _environment(env: Mapping[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``env`` added inside the block (restored after)."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def build_verl_config(
+    config: DictConfig,
+    *,
+    model_dir: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> VerlConfigs:
     """Run verl's driver-side validation on ``config`` and build its dataclasses.
 
     ``model_dir``: a local Hugging Face directory to build ``HFModelConfig`` against in place
     of ``actor_rollout_ref.model.path`` (None: the model node is not built, it would download
-    the weights' config). Raises what verl raises: ``omegaconf`` errors for unknown fields,
-    ``ValueError``/``AssertionError`` from verl's checks, and ``NotImplementedError`` from an
-    ``fp8rl.verl_ext.hooks`` class whose hook nothing implements yet.
+    the weights' config). ``env``: the environment verl's processes run with (the launch's
+    :attr:`~fp8rl.verl_ext.translate.VerlLaunch.env`), set while the dataclasses are built -
+    ``fp8rl.verl_ext.hooks.FP8RolloutConfig`` checks it. Raises what verl raises:
+    ``omegaconf`` errors for unknown fields, ``ValueError``/``AssertionError`` from verl's
+    checks and from the ``fp8rl.verl_ext.hooks`` classes.
     """
+    with _environment(env or {}):
+        return _build(config, model_dir)
+
+
+def _build(config: DictConfig, model_dir: str | Path | None) -> VerlConfigs:
     from verl.trainer.ppo.reward import get_custom_reward_fn, resolve_reward_manager_cls
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config

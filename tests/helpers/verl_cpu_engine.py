@@ -64,6 +64,8 @@ def register_cpu_platform() -> None:
         memory_allocated=zero, memory_reserved=zero, is_available=lambda: True,
         current_device=lambda: "cpu", device_count=lambda: 1, set_device=nothing,
         mem_get_info=lambda *a: (0, 0), reset_peak_memory_stats=nothing,
+        get_device_name=lambda *a: "CPU",  # verl's FLOPs counter (TrainingWorker's mfu)
+        get_rng_state=torch.get_rng_state, set_rng_state=torch.set_rng_state,  # checkpoints
     )  # fmt: skip
 
     @PlatformRegistry.register(platform="cpu")

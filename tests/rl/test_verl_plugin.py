@@ -33,6 +33,7 @@ def test_entry_point_registers_losses_in_a_fresh_process(tmp_path):
     assert eps == {
         "fp8rl_rl": "fp8rl.rl.verl_registry",
         "fp8rl_vllm_rollout": "fp8rl.verl_ext.vllm_plugin",  # a no-op without its variable
+        "fp8rl_verl_trainer": "fp8rl.verl_ext.trainer_plugin",  # likewise
     }, eps
     # What `pip install` writes for these entry points: a dist-info with entry_points.txt.
     # A distinct distribution name keeps it apart from an installed fp8rl's metadata.
@@ -52,6 +53,8 @@ def test_entry_point_registers_losses_in_a_fresh_process(tmp_path):
         assert "fp8rl.rl.verl_registry" in sys.modules, "plugin not loaded"
         assert "fp8rl.verl_ext.vllm_plugin" in sys.modules, "vLLM plugin not loaded"
         assert "fp8rl.verl_ext.vllm_rollout" not in sys.modules  # FP8RL_VLLM_ROLLOUT_QUANT unset
+        assert "fp8rl.verl_ext.trainer_plugin" in sys.modules, "trainer plugin not loaded"
+        assert "fp8rl.verl_ext.actor_trainer" not in sys.modules  # FP8RL_VERL_TRAINER unset
         assert get_policy_loss_fn("calibrated_clip") is losses.compute_policy_loss_calibrated_clip
         assert get_policy_loss_fn("fp8rl_cispo") is losses.compute_policy_loss_cispo
         assert get_policy_loss_fn("cispo").__module__ == "verl.trainer.ppo.core_algos"
@@ -59,7 +62,7 @@ def test_entry_point_registers_losses_in_a_fresh_process(tmp_path):
         print("REGISTERED")
         """
     )
-    unset = ("VERL_USE_EXTERNAL_PLUGINS", "FP8RL_VLLM_ROLLOUT_QUANT")
+    unset = ("VERL_USE_EXTERNAL_PLUGINS", "FP8RL_VLLM_ROLLOUT_QUANT", "FP8RL_VERL_TRAINER")
     env = {k: v for k, v in os.environ.items() if k not in unset}
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO)])
     out = subprocess.run(

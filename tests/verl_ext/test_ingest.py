@@ -1,4 +1,5 @@
-"""verl's outputs into the run store, names unchanged: metrics and validations written by
+"""verl's outputs into the run store, names unchanged (fp8rl's own, which the V1 trainer
+prefixes with actor/, back to fp8rl/...): metrics and validations written by
 verl's own ``Tracking`` with its ``file`` logger (``verl.utils.tracking``, the class the V1
 trainer logs with, ``VERL_FILE_LOGGER_PATH`` pointing into the run), rollout dumps by
 verl's own ``_write_generations`` (the V1 trainer's; its module only imports on a GPU node,
@@ -34,10 +35,18 @@ def train_metrics(step: int, shift: float = 0.0) -> dict[str, float]:
         "critic/score/mean": 0.2 + shift,
         "response_length/mean": 900.0,
         "rollout_corr/rollout_is_mean": 1.0,
-        "fp8rl/clipfrac_low_negadv": 0.002,
+        # the V1 trainer prefixes the actor's metrics: our loss's and calibration's too
+        "actor/fp8rl/clipfrac_low_negadv": 0.002,
+        "actor/fp8rl/calib/new_clip_low": 0.75,
         "timing_s/step": 950.0,
         "training/global_step": float(step),
     }
+
+
+def stored(data: dict[str, float]) -> dict[str, float]:
+    """The names the store keeps: fp8rl's own as the tiny backend names them."""
+    return {k.removeprefix("actor/") if k.startswith("actor/fp8rl/") else k: v
+            for k, v in data.items()}  # fmt: skip
 
 
 def val_metrics(acc: float) -> dict[str, float]:
@@ -97,7 +106,8 @@ def test_verl_logs_and_dumps_become_the_run_store_s_files(tmp_path, monkeypatch,
         assert ingest.poll() == []  # nothing new
         metrics, evals = run.read_metrics(), run.read_eval()
         assert metrics.steps == [1, 2, 3] and evals.steps == [0, 2]
-        assert metrics.records[1]["data"] == train_metrics(2)  # names and values unchanged
+        assert metrics.records[1]["data"] == stored(train_metrics(2))  # verl's names, fp8rl's
+        assert metrics.records[1]["data"]["fp8rl/calib/new_clip_low"] == 0.75  # own mapped back
         assert evals.records[1]["data"]["val-core/aime24/acc/mean@4"] == 0.5
         assert evals.records[0]["data"]["val-core/all/acc/mean@4"] == pytest.approx(0.5)
         # step 3's dump may still be being written: kept for the final poll
@@ -140,7 +150,7 @@ def test_a_resumed_attempt_replaces_what_came_after_its_checkpoint(
         assert (files.verl_dir / "file_logger.1.jsonl").is_file()  # attempt 1 kept aside
         Ingestor(run, files.verl_dir, None, 0, 0).poll(final=True)
         assert run.read_metrics().steps == [1, 2, 3, 4]
-        assert run.read_metrics().records[2]["data"] == train_metrics(3, shift=1.0)
+        assert run.read_metrics().records[2]["data"] == stored(train_metrics(3, shift=1.0))
         assert run.read_eval().steps == [0]  # the resumed checkpoint's re-validation is dropped
     merged = merged_steps(read_attempts(files.verl_dir))
     assert sorted(merged) == [0, 1, 2, 3, 4]

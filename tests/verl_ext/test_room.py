@@ -22,10 +22,11 @@ ALLOWED = (
     "fp8rl.evaluation.benchmarks",  # the shared benchmark schema (stdlib only), not the runner
 )
 FORBIDDEN = ("fp8rl.tiny", "fp8rl.experiments", "fp8rl.analysis")
-VERL_FREE = (  # the vLLM plugin too, with FP8RL_VLLM_ROLLOUT_QUANT unset
+VERL_FREE = (  # the plugins too, with FP8RL_VLLM_ROLLOUT_QUANT and FP8RL_VERL_TRAINER unset
     "fp8rl.verl_ext.dist_calibration",
     "fp8rl.verl_ext.rollout_quant",
     "fp8rl.verl_ext.vllm_plugin",
+    "fp8rl.verl_ext.trainer_plugin",
 )
 
 

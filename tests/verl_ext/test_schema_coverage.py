@@ -20,7 +20,6 @@ from fp8rl.config import RunConfig, leaf_fields
 from fp8rl.experiments.backends import resolve_run
 from fp8rl.experiments.compose import compose
 from fp8rl.runs import RunStore
-from fp8rl.verl_ext import hooks
 from fp8rl.verl_ext import launch as launch_module
 from fp8rl.verl_ext.backend import VerlBackend
 from fp8rl.verl_ext.settings import UNUSED
@@ -33,7 +32,7 @@ DERIVED = {"calibrator_config", "correction", "uses_tis", "overlong_buffer", "no
 EVERYTHING = [
     [  # DAPO, a KL term with an FP8 reference, a rollout scaling vLLM lacks, CC with every knob
         "algorithm=dapo", "granularity=blockwise", "granularity.rollout_activation=group",
-        "granularity.lm_head=true", "algorithm.kl_coef=0.1", "algorithm.ref_recipe=rowwise",
+        "granularity.block_size=64", "algorithm.kl_coef=0.1", "algorithm.ref_recipe=rowwise",
         "clipping=calibrated", "clipping.calibrate_at_start=true", "clipping.max_step=0.1",
         "clipping.init_low=0.7", "clipping.init_high=1.3", "train.shadow_every=1",
         "train.dump_samples_every=1", "train.tis=true", "eval.limit=2",
@@ -96,7 +95,6 @@ def _leaf_classes() -> dict[str, tuple[type, str]]:
 
 
 def test_every_leaf_is_read_by_the_verl_backend_or_listed_unused(recorded, tmp_path, monkeypatch):
-    monkeypatch.setattr(hooks, "IMPLEMENTED", set(hooks.HOOKS))  # issue 18's, assumed
     monkeypatch.setattr(launch_module, "gpu_stack_problems", lambda: [])
     data = write_data(tmp_path / "data")
     backend = VerlBackend(python=fake_python(tmp_path), poll_s=0.1)

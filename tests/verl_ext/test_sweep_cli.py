@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from sweep_cli import sweep
 
-from fp8rl.verl_ext import hooks
 from fp8rl.verl_ext.verl_config import build_verl_config, compose_verl_config
 
 
@@ -26,7 +25,7 @@ def commands(stdout: str) -> list[list[str]]:
     return out
 
 
-def test_the_dry_run_prints_runnable_commands_and_verl_s_config(tmp_path, monkeypatch) -> None:
+def test_the_dry_run_prints_runnable_commands_and_verl_s_config(tmp_path) -> None:
     runs = tmp_path / "runs"
     result = sweep(tmp_path, "--dry-run", "+experiment=table2", "backend=verl", "seed=0",
                    f"runs_dir={runs}")  # fmt: skip
@@ -36,7 +35,10 @@ def test_the_dry_run_prints_runnable_commands_and_verl_s_config(tmp_path, monkey
     found = commands(out)
     assert len(found) == 8
     assert out.count("python scripts/verl_prepare_data.py --data-dir data/benchmarks") == 8
-    assert out.count("# needs issue 18 (refused until then)") == 7  # all but BF16 standard
+    assert "issue 18" not in out and "refused" not in out  # every arm runs now
+    assert out.count("# fp8rl inside verl (fp8_training)") == 6  # the FP8 training arms
+    assert out.count("# fp8rl inside verl (calibrated_clipping)") == 4  # the calibrated arms
+    assert out.count("# fp8rl inside verl (rollout_scaling)") == 4  # tensor/channel rollouts
     assert "GPU-hours" in out and "actor_rollout_ref:" in out  # the resolved verl config
     assert not runs.exists()  # nothing written
     first = found[0]
@@ -45,9 +47,9 @@ def test_the_dry_run_prints_runnable_commands_and_verl_s_config(tmp_path, monkey
         == f"VERL_FILE_LOGGER_PATH={runs}/table2/{first[0].split('/')[-3]}/verl/file_logger.jsonl"
     )
     assert first[1:4] == ["python", "-m", "verl.trainer.main_ppo"]
-    monkeypatch.setattr(hooks, "IMPLEMENTED", set(hooks.HOOKS))
-    for argv in (found[0], found[-1]):  # BF16; blockwise FP8 + CC (hooks implemented)
-        build_verl_config(compose_verl_config(argv[4:]))
+    for argv in (found[0], found[-1]):  # BF16; blockwise FP8 + CC, as printed (env included)
+        env = dict(w.split("=", 1) for w in argv[: argv.index("python")])
+        build_verl_config(compose_verl_config(argv[argv.index("python") + 3 :]), env=env)
 
 
 @pytest.mark.slow  # the same refusal in process: test_backend.py (sweep's preflight)
@@ -59,7 +61,6 @@ def test_a_grid_without_the_gpu_stack_is_refused_in_one_line_before_it_starts(tm
     assert line.startswith("sweep.py: config error: 8 of 8 grid points cannot run")
     assert "GPU stack is missing" in line and "requirements-cluster.txt" in line
     assert "benchmark data missing" in line and "prepare_benchmarks.py" in line
-    assert "issue 18" in line  # what the FP8 and CC arms need (grouped by what they lack)
     assert not runs.exists()  # nothing written: no run registered, no Hydra folder
 
 

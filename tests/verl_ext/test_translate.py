@@ -13,6 +13,7 @@ from fp8rl.config import ConfigError
 from fp8rl.experiments.backends import resolve_run
 from fp8rl.experiments.compose import Composer
 from fp8rl.verl_ext.backend import VerlBackend
+from fp8rl.verl_ext.rollout_quant import VllmRolloutFormat
 from fp8rl.verl_ext.translate import (
     RunFiles,
     VerlLaunch,
@@ -73,31 +74,62 @@ def test_dapo_is_its_settings_and_the_dapo_reward_manager(composer) -> None:
     )
 
 
-def test_fp8_rollout_is_vllm_block_fp8_and_other_scalings_are_a_hook(composer) -> None:
+def test_fp8_rollout_is_vllm_block_fp8_and_other_scalings_fp8rl_s_vllm_rollout(composer) -> None:
     block = launch(composer, "granularity=fp8_rollout_only")
     assert values(block)["actor_rollout_ref.rollout.quantization"] == "fp8"
-    assert block.hooks == ()
+    assert block.hooks == () and "FP8RL_VLLM_ROLLOUT_QUANT" not in block.env
     other = launch(composer, "granularity=fp8_rollout_only", "granularity.block_size=64")
     assert other.hooks == ("rollout_scaling",)
     v = values(other)
     assert v["actor_rollout_ref.rollout._target_"] == "fp8rl.verl_ext.hooks.FP8RolloutConfig"
     assert v["actor_rollout_ref.rollout.fp8rl_block_size"] == "64"
-    lm_head = launch(composer, "granularity=fp8_rollout_only", "granularity.lm_head=true")
-    assert lm_head.hooks == ("rollout_scaling",)  # vLLM's fp8 keeps the LM head in BF16
+    assert v["actor_rollout_ref.rollout.quantization"] == "null"  # vLLM's own stays off
+    fmt = VllmRolloutFormat.from_granularity("block", block_size=64)
+    assert other.env["FP8RL_VLLM_ROLLOUT_QUANT"] == fmt.to_env()["FP8RL_VLLM_ROLLOUT_QUANT"]
+    ray = "ray_kwargs.ray_init.runtime_env.env_vars.FP8RL_VLLM_ROLLOUT_QUANT"
+    parsed = OverridesParser.create().parse_override(f"+{ray}={v[ray]}").value()
+    assert parsed == other.env["FP8RL_VLLM_ROLLOUT_QUANT"]  # the Ray workers get the same
+    tensor = launch(composer, "granularity=tensorwise")
+    assert VllmRolloutFormat.from_env(tensor.env).granularity == "tensor"
+    assert VllmRolloutFormat.from_env(tensor.env).vllm_quantization == "compressed-tensors"
 
 
-def test_fp8_training_and_calibrated_clipping_are_hooks_never_dropped(composer) -> None:
+def test_what_vllm_cannot_roll_out_is_refused_with_the_reason(composer) -> None:
+    with pytest.raises(ConfigError, match=r"vLLM keeps the LM head in BF16"):
+        launch(composer, "granularity=fp8_rollout_only", "granularity.lm_head=true")
+    with pytest.raises(ConfigError, match=r"rollout_activation"):
+        launch(composer, "granularity=tensorwise", "granularity.rollout_activation=group")
+    fp8_head = launch(composer, "granularity=blockwise", "granularity.rollout=null",
+                      "granularity.lm_head=true")  # fmt: skip
+    assert values(fp8_head)["actor_rollout_ref.actor.fsdp_config.fp8rl_lm_head"] == "true"
+
+
+def test_fp8_training_and_calibrated_clipping_select_fp8rl_s_engine_and_actor(composer) -> None:
     result = launch(composer, "granularity=rowwise", "clipping=calibrated", "clipping.period=7")
     assert result.hooks == ("fp8_training", "calibrated_clipping", "rollout_scaling")
     v = values(result)
+    assert v["actor_rollout_ref.actor.fsdp_config._target_"] == (
+        "fp8rl.verl_ext.hooks.FP8EngineConfig"
+    )
     assert v["actor_rollout_ref.actor.fsdp_config.fp8rl_recipe"] == "rowwise"
     assert v["actor_rollout_ref.actor.policy_loss.calib_period"] == "7"
+    assert v["actor_rollout_ref.actor.policy_loss.calib_pool"] == "batch"
     assert v["actor_rollout_ref.rollout.fp8rl_weight_scale"] == "channel"
+    # fp8rl's trainer places fp8rl's actor worker; the plugin registering it is switched on
+    assert v["trainer.v1.trainer_mode"] == "fp8rl_sync"
+    assert result.env["FP8RL_VERL_TRAINER"] == "1"
+    assert v["ray_kwargs.ray_init.runtime_env.env_vars.FP8RL_VERL_TRAINER"] == "'1'"
     shadow = launch(composer, "train.shadow_every=1")
     assert shadow.hooks == ("calibrated_clipping",)  # BF16 shadow diagnostics in the actor
+    assert values(shadow)["actor_rollout_ref.actor.policy_loss.fp8rl_shadow_every"] == "1"
     kl = launch(composer, "algorithm.kl_coef=0.1", "algorithm.ref_recipe=blockwise")
     assert kl.hooks == ("fp8_training",)  # an FP8 KL reference
     assert values(kl)["actor_rollout_ref.ref.fsdp_config.fp8rl_recipe"] == "blockwise"
+    plain = launch(composer, "granularity=blockwise", "clipping=standard")
+    assert "trainer.v1.trainer_mode" not in values(plain)  # verl's own trainer
+    assert "FP8RL_VERL_TRAINER" not in plain.env
+    with pytest.raises(ConfigError, match=r"shadow_every=2 with clipping.loss=vanilla"):
+        launch(composer, "clipping.loss=vanilla", "train.shadow_every=2")
 
 
 def test_fixed_bounds_and_verl_losses(composer) -> None:

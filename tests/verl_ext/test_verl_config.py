@@ -61,15 +61,9 @@ def composer():
         yield compose
 
 
-@pytest.fixture
-def implemented(monkeypatch) -> None:
-    """Issue 18's hooks counted as implemented: verl builds the hook classes fully (their
-    refusal is tested separately)."""
-    monkeypatch.setattr(hooks, "IMPLEMENTED", set(hooks.HOOKS))
-
-
 def check_built(launch: VerlLaunch, composed=None):
-    built = build_verl_config(composed or compose_verl_config(launch.overrides))
+    composed = composed or compose_verl_config(launch.overrides)
+    built = build_verl_config(composed, env=launch.env)  # verl's processes get launch.env
     assert type(built.actor).__name__ == "FSDPActorConfig"
     assert built.actor.policy_loss.loss_mode in ("vanilla", "calibrated_clip", "fp8rl_cispo")
     assert built.reward_fn is not None  # pkg://fp8rl.verl_ext.reward loads in verl
@@ -108,11 +102,11 @@ def branches(composer) -> dict[str, tuple[VerlLaunch, object]]:
 
 
 @pytest.mark.parametrize("name", BRANCHES)
-def test_verl_builds_each_branch_of_the_translation(name, branches, implemented) -> None:
+def test_verl_builds_each_branch_of_the_translation(name, branches) -> None:
     check_built(*branches[name])
 
 
-def test_the_paper_settings_reach_verl(branches, implemented) -> None:
+def test_the_paper_settings_reach_verl(branches) -> None:
     """table2's blockwise + CC point and dapo_table's FP8-rollout point, as verl sees them."""
     grpo, cfg = branches["blockwise_cc"]
     built = check_built(grpo, cfg)
@@ -153,7 +147,7 @@ def test_the_paper_settings_reach_verl(branches, implemented) -> None:
     assert type(built.actor.engine).__name__ == "FSDPEngineConfig"  # BF16 training
 
 
-def test_an_override_verl_does_not_know_fails_the_offline_check(branches, implemented) -> None:
+def test_an_override_verl_does_not_know_fails_the_offline_check(branches) -> None:
     from hydra.errors import ConfigCompositionException
 
     launch, _ = branches["blockwise_cc"]
@@ -165,21 +159,40 @@ def test_an_override_verl_does_not_know_fails_the_offline_check(branches, implem
         build_verl_config(cfg)
 
 
-def test_without_issue_18_verl_itself_refuses_what_it_lacks_naming_the_hook(branches) -> None:
-    """No hook implemented (part 1): verl's own driver-side validation builds our config
-    classes and they refuse, so a printed command run by hand fails before Ray starts; the
-    rollout's class refuses when verl builds the rollout config."""
+def test_verl_builds_fp8rl_s_classes_and_they_check_what_they_carry(branches) -> None:
+    """verl's own driver-side validation and config builds run fp8rl's classes: the FP8
+    engine is registered where its config is built, a rollout scaling must be in the
+    environment verl's processes run with, and a calibrated loss config refuses to clip
+    without fp8rl's actor driving it (a printed command run with verl's trainer fails)."""
     from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.engine import EngineRegistry
 
     launch, cfg = branches["blockwise_cc"]
     assert launch.hooks == ("fp8_training", "calibrated_clipping")
-    with pytest.raises(Exception, match=r"(?s)hook 'fp8_training'.*issue 18"):
-        build_verl_config(cfg)
+    built = check_built(launch, cfg)
+    assert built.actor.engine.fp8_recipe().name == "blockwise"
+    from fp8rl.verl_ext.fp8_engine import ENGINE_KEY, FP8FSDPEngineWithLMHead
+
+    model_type, backend, device, vendor = ENGINE_KEY
+    assert EngineRegistry._engines[model_type][backend][(device, vendor)] is FP8FSDPEngineWithLMHead
+    with pytest.raises(RuntimeError, match=r"no fp8rl actor worker.*fp8rl_sync"):
+        built.actor.policy_loss.assert_driven()
     launch, cfg = branches["rowwise"]
     assert launch.hooks == ("fp8_training", "rollout_scaling")
-    with pytest.raises(Exception, match=r"(?s)hook 'rollout_scaling'.*issue 18"):
-        omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+    with pytest.raises(Exception, match=r"needs FP8RL_VLLM_ROLLOUT_QUANT=.*channel"):
+        omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)  # without the launch's env
+    rollout = check_built(launch, cfg).rollout
+    assert rollout.rollout_format().granularity == "channel" and rollout.quantization is None
     assert branches["bf16"][0].hooks == () and branches["dapo_fp8_rollout"][0].hooks == ()
+
+
+def test_the_engine_config_refuses_what_the_numerics_cannot_do() -> None:
+    with pytest.raises(ValueError, match=r"fp8rl_recipe='mxfp8'"):
+        hooks.FP8EngineConfig(fp8rl_recipe="mxfp8")
+    with pytest.raises(ValueError, match=r"fp8rl_lm_head=true needs an FP8 fp8rl_recipe"):
+        hooks.FP8EngineConfig(fp8rl_lm_head=True)
+    with pytest.raises(ValueError, match="block_size"):
+        hooks.FP8EngineConfig(fp8rl_recipe="blockwise", fp8rl_block_size=0)
 
 
 def test_the_model_node_builds_against_a_local_model(tmp_path: Path, composer) -> None:
@@ -203,6 +216,6 @@ def test_the_model_node_builds_against_a_local_model(tmp_path: Path, composer) -
 
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", PRESETS)
-def test_every_point_of_every_preset_builds_in_verl(preset: str, implemented, composer) -> None:
+def test_every_point_of_every_preset_builds_in_verl(preset: str, composer) -> None:
     for _, launch in launches(preset, composer=composer):
-        build_verl_config(compose_verl_config(launch.overrides))
+        build_verl_config(compose_verl_config(launch.overrides), env=launch.env)

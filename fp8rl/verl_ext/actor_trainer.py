@@ -1,0 +1,65 @@
+"""fp8rl's verl trainer: verl 0.9.1's synchronous V1 PPO trainer with fp8rl's actor worker.
+
+GPU only: importing this module imports verl's V1 trainer (``verl/trainer/ppo/v1``), which
+needs TransferQueue and verl's rollout stack. verl's V1 ``main_ppo`` picks its trainer class
+by name from ``TRAINER_REGISTRY`` (``trainer.v1.trainer_mode``, ``get_trainer_cls``), and
+trainers register with ``register_trainer``; this module registers
+:class:`Fp8rlPPOTrainerSync` as :data:`TRAINER_MODE`. It is verl's ``PPOTrainerSync`` with two
+changes, each an override of one method:
+
+- ``_init_resource_pool_mgr``: the actor/rollout (and reference) roles get
+  :class:`fp8rl.verl_ext.calibrated_actor.Fp8rlActorRolloutRefWorker` instead of verl's
+  ``ActorRolloutRefWorker`` (the base class hard-codes ``ray.remote(ActorRolloutRefWorker)``);
+- ``_update_actor``: the update batch carries verl's step number (``global_steps``) and the
+  old-log-prob source (``algorithm.rollout_correction.bypass_mode``), which the actor's
+  calibration schedule and mask need (:data:`~fp8rl.verl_ext.calibrated_actor.STEP_KEY`,
+  :data:`~fp8rl.verl_ext.calibrated_actor.BYPASS_KEY`).
+
+How verl finds it: the trainer runs in verl's ``TaskRunnerV1`` Ray actor, which resolves the
+trainer name right after importing verl. The ``verl.plugins`` entry point
+:mod:`fp8rl.verl_ext.trainer_plugin` imports this module while ``import verl`` runs in every
+process where :data:`ENV_VAR` is set (the launcher sets it for the driver and, through
+``ray_kwargs.ray_init.runtime_env.env_vars``, for every Ray worker).
+
+Verified on a GPU: no (no GPU was lent to the session that wrote it). On CPU the tests check
+every verl name this module overrides or calls against verl 0.9.1's source, and run the actor
+worker it places (``Fp8rlTrainingWorker``) on verl's real FSDP2 engine in a gloo group.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import ray
+from verl.trainer.ppo.utils import Role
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+from fp8rl.verl_ext.calibrated_actor import BYPASS_KEY, STEP_KEY, Fp8rlActorRolloutRefWorker
+from fp8rl.verl_ext.trainer_plugin import ENV_VAR, TRAINER_MODE
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ENV_VAR", "TRAINER_MODE", "Fp8rlPPOTrainerSync"]
+
+#: The roles verl's base trainer maps to ``ActorRolloutRefWorker``.
+_ACTOR_ROLES = (Role.ActorRollout, Role.ActorRolloutRef, Role.Actor, Role.RefPolicy)
+
+
+@register_trainer(TRAINER_MODE)
+class Fp8rlPPOTrainerSync(PPOTrainerSync):
+    """verl's synchronous V1 trainer with fp8rl's actor worker (the module docstring)."""
+
+    def _init_resource_pool_mgr(self) -> None:
+        super()._init_resource_pool_mgr()
+        for role in _ACTOR_ROLES:
+            if role in self.role_worker_mapping:
+                self.role_worker_mapping[role] = ray.remote(Fp8rlActorRolloutRefWorker)
+
+    def _update_actor(self, batch: Any, metrics: dict) -> Any:
+        correction = self.config.algorithm.get("rollout_correction", None) or {}
+        batch.extra_info.update(
+            {STEP_KEY: self.global_steps, BYPASS_KEY: bool(correction.get("bypass_mode", False))}
+        )
+        return super()._update_actor(batch, metrics)
