@@ -82,20 +82,9 @@ class ActorCase:
 
 def tiny_model_dir(path: Path) -> Path:
     """The 2-layer Qwen3 of the spike (tests/helpers/verl_cpu_engine.py), saved at ``path``."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from verl_cpu_engine import tiny_model_dir as spike_model_dir
 
-    from fp8rl.tiny.tokenizer import build_tokenizer
-
-    tok = build_tokenizer()
-    torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=max(256, len(tok)), hidden_size=64, intermediate_size=128,
-        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, head_dim=32,
-        max_position_embeddings=256, tie_word_embeddings=False,
-    )  # fmt: skip
-    Qwen3ForCausalLM(config).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return Path(spike_model_dir(str(path)))
 
 
 def overrides(case: ActorCase, model_dir: Path) -> list[str]:

@@ -133,8 +133,9 @@ def register_cpu_platform() -> None:
             yield
 
 
-def tiny_model_dir() -> str:
-    """A 2-layer Qwen3 and the tiny tokenizer saved as a Hugging Face directory."""
+def tiny_model_dir(path: str | None = None) -> str:
+    """A 2-layer Qwen3 and the tiny tokenizer saved as a Hugging Face directory at ``path``
+    (a new temporary directory if None)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -147,7 +148,7 @@ def tiny_model_dir() -> str:
         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, head_dim=32,
         max_position_embeddings=256, tie_word_embeddings=False,
     )  # fmt: skip
-    path = tempfile.mkdtemp(prefix="verl-cpu-model-")
+    path = path or tempfile.mkdtemp(prefix="verl-cpu-model-")
     Qwen3ForCausalLM(config).save_pretrained(path)
     tok.save_pretrained(path)
     return path
