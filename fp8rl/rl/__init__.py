@@ -30,10 +30,13 @@ from fp8rl.rl.correction import TIS_TOKEN_C2, MismatchCorrection, compute_mismat
 from fp8rl.rl.diagnostics import (
     LOGRATIO_HIST_EDGES,
     LOGRATIO_HIST_NUM_BINS,
+    SHADOW_CLIP_COUNTS,
     clip_diagnostics,
     logratio_histogram,
     quantiles_linear,
     shadow_clip_comparison,
+    shadow_clip_counts,
+    shadow_clip_shares,
     summarize_shadow_steps,
 )
 from fp8rl.rl.losses import (
@@ -57,6 +60,7 @@ __all__ = [
     "LOGRATIO_HIST_NUM_BINS",
     "LOSS_AGG_MODES",
     "POLICY_LOSSES",
+    "SHADOW_CLIP_COUNTS",
     "TIS_TOKEN_C2",
     "ActorLossConfig",
     "CalibrationResult",
@@ -91,6 +95,8 @@ __all__ = [
     "quantiles_linear",
     "resolve_bounds",
     "shadow_clip_comparison",
+    "shadow_clip_counts",
+    "shadow_clip_shares",
     "standard_bounds",
     "summarize_shadow_steps",
     "update_mass",

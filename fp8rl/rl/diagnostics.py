@@ -219,6 +219,88 @@ def to_floats(metrics: dict[str, torch.Tensor | float]) -> dict[str, float]:
     return out
 
 
+#: The token counts behind :func:`shadow_clip_comparison`, in the order of
+#: :func:`shadow_clip_counts`: they add over data-parallel ranks (one all-reduce of this many
+#: numbers gives the global batch's shares, :func:`shadow_clip_shares`).
+SHADOW_CLIP_COUNTS = (
+    "n_negadv",
+    "n_posadv",
+    "low_negadv_bf16",
+    "low_negadv_fp8",
+    "low_negadv_fp8_nominal",
+    "high_posadv_bf16",
+    "high_posadv_fp8",
+    "high_posadv_fp8_nominal",
+)
+
+
+def shadow_clip_counts(
+    log_ratio_bf16: torch.Tensor,
+    log_ratio_fp8: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    nominal_bounds: tuple[float, float],
+    active_bounds: tuple[float, float],
+) -> torch.Tensor:
+    """The token counts of :func:`shadow_clip_comparison` (float64, one per
+    :data:`SHADOW_CLIP_COUNTS` name): additive, so a sum over ranks is the global batch's."""
+    if not (log_ratio_bf16.shape == log_ratio_fp8.shape == advantages.shape == mask.shape):
+        raise ValueError(
+            "log_ratio_bf16, log_ratio_fp8, advantages and mask must share a shape, got "
+            f"{tuple(log_ratio_bf16.shape)}, {tuple(log_ratio_fp8.shape)}, "
+            f"{tuple(advantages.shape)}, {tuple(mask.shape)}"
+        )
+    (nom_low, nom_high), (act_low, act_high) = nominal_bounds, active_bounds
+    if not (0 < nom_low <= 1 <= nom_high and 0 < act_low <= 1 <= act_high):
+        raise ValueError(
+            f"bounds must satisfy 0 < low <= 1 <= high, got {nominal_bounds}, {active_bounds}"
+        )
+    m = mask.bool()
+    lb = log_ratio_bf16.detach()[m].double()
+    lf = log_ratio_fp8.detach()[m].double()
+    adv = advantages.detach()[m].double()
+    neg, pos = adv < 0, adv > 0
+    counts = [
+        neg,
+        pos,
+        (lb < math.log(nom_low)) & neg,
+        (lf < math.log(act_low)) & neg,
+        (lf < math.log(nom_low)) & neg,
+        (lb > math.log(nom_high)) & pos,
+        (lf > math.log(act_high)) & pos,
+        (lf > math.log(nom_high)) & pos,
+    ]
+    return torch.tensor([float(c.sum()) for c in counts], dtype=torch.float64)
+
+
+def shadow_clip_shares(counts: torch.Tensor, prefix: str = "fp8rl/shadow") -> dict[str, float]:
+    """:func:`shadow_clip_comparison`'s metrics from its token counts (summed over ranks)."""
+    if counts.shape != (len(SHADOW_CLIP_COUNTS),):
+        raise ValueError(
+            f"counts must hold the {len(SHADOW_CLIP_COUNTS)} numbers of SHADOW_CLIP_COUNTS, "
+            f"got shape {tuple(counts.shape)}"
+        )
+    c = dict(zip(SHADOW_CLIP_COUNTS, (float(v) for v in counts), strict=True))
+
+    def share(name: str, of: str) -> float:
+        return c[name] / c[of] if c[of] else 0.0
+
+    low_b, low_f = share("low_negadv_bf16", "n_negadv"), share("low_negadv_fp8", "n_negadv")
+    high_b, high_f = share("high_posadv_bf16", "n_posadv"), share("high_posadv_fp8", "n_posadv")
+    return {
+        f"{prefix}/clipfrac_low_negadv_bf16": low_b,
+        f"{prefix}/clipfrac_low_negadv_fp8": low_f,
+        f"{prefix}/clipfrac_low_negadv_fp8_nominal": share("low_negadv_fp8_nominal", "n_negadv"),
+        f"{prefix}/clipfrac_low_negadv_gap": low_f - low_b,
+        f"{prefix}/clipfrac_high_posadv_bf16": high_b,
+        f"{prefix}/clipfrac_high_posadv_fp8": high_f,
+        f"{prefix}/clipfrac_high_posadv_fp8_nominal": share("high_posadv_fp8_nominal", "n_posadv"),
+        f"{prefix}/clipfrac_high_posadv_gap": high_f - high_b,
+        f"{prefix}/n_negadv": c["n_negadv"],
+        f"{prefix}/n_posadv": c["n_posadv"],
+    }
+
+
 def shadow_clip_comparison(
     log_ratio_bf16: torch.Tensor,
     log_ratio_fp8: torch.Tensor,
@@ -242,43 +324,10 @@ def shadow_clip_comparison(
     differences ``<prefix>/clipfrac_low_negadv_gap`` / ``..._high_posadv_gap``, the same
     FP8 share at the nominal bounds (``..._fp8_nominal``), and the token counts.
     """
-    if not (log_ratio_bf16.shape == log_ratio_fp8.shape == advantages.shape == mask.shape):
-        raise ValueError(
-            "log_ratio_bf16, log_ratio_fp8, advantages and mask must share a shape, got "
-            f"{tuple(log_ratio_bf16.shape)}, {tuple(log_ratio_fp8.shape)}, "
-            f"{tuple(advantages.shape)}, {tuple(mask.shape)}"
-        )
-    m = mask.bool()
-    lb = log_ratio_bf16.detach()[m].double()
-    lf = log_ratio_fp8.detach()[m].double()
-    adv = advantages.detach()[m].double()
-    neg, pos = adv < 0, adv > 0
-    (nom_low, nom_high), (act_low, act_high) = nominal_bounds, active_bounds
-    if not (0 < nom_low <= 1 <= nom_high and 0 < act_low <= 1 <= act_high):
-        raise ValueError(
-            f"bounds must satisfy 0 < low <= 1 <= high, got {nominal_bounds}, {active_bounds}"
-        )
-
-    def share(sel: torch.Tensor, of: torch.Tensor) -> float:
-        n = int(of.sum())
-        return float((sel & of).sum()) / n if n else 0.0
-
-    low_b = share(lb < math.log(nom_low), neg)
-    low_f = share(lf < math.log(act_low), neg)
-    high_b = share(lb > math.log(nom_high), pos)
-    high_f = share(lf > math.log(act_high), pos)
-    return {
-        f"{prefix}/clipfrac_low_negadv_bf16": low_b,
-        f"{prefix}/clipfrac_low_negadv_fp8": low_f,
-        f"{prefix}/clipfrac_low_negadv_fp8_nominal": share(lf < math.log(nom_low), neg),
-        f"{prefix}/clipfrac_low_negadv_gap": low_f - low_b,
-        f"{prefix}/clipfrac_high_posadv_bf16": high_b,
-        f"{prefix}/clipfrac_high_posadv_fp8": high_f,
-        f"{prefix}/clipfrac_high_posadv_fp8_nominal": share(lf > math.log(nom_high), pos),
-        f"{prefix}/clipfrac_high_posadv_gap": high_f - high_b,
-        f"{prefix}/n_negadv": float(neg.sum()),
-        f"{prefix}/n_posadv": float(pos.sum()),
-    }
+    counts = shadow_clip_counts(
+        log_ratio_bf16, log_ratio_fp8, advantages, mask, nominal_bounds, active_bounds
+    )
+    return shadow_clip_shares(counts, prefix)
 
 
 def summarize_shadow_steps(

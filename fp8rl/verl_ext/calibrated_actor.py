@@ -31,7 +31,8 @@ from the class attribute ``actor_worker_cls``; :class:`Fp8rlActorRolloutRefWorke
 3. After the last mini-batch: ``DistributedCalibrator.observe_from_log_probs`` (collective on
    every rank: the tokens of every rank go to rank 0, which updates or pools once, and the new
    bounds reach every rank; they apply from the next step), and the ``fp8rl/shadow/*``
-   comparison over the global batch (``fp8rl.rl.shadow_clip_comparison`` on every rank's tokens).
+   comparison over the global batch (each rank's ``fp8rl.rl.shadow_clip_counts``, summed by
+   one all-reduce).
    The ``fp8rl/calib/*`` and ``fp8rl/shadow/*`` metrics join verl's actor metrics (the V1
    trainer logs them as ``actor/fp8rl/...``; ingestion stores them under ``fp8rl/...``).
 4. ``save_checkpoint``/``load_checkpoint``: the calibrator's state (bounds, schedule, pool) is
@@ -62,11 +63,11 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 from verl.workers.utils.padding import no_padding_2_padding
 
-from fp8rl.rl import shadow_clip_comparison
+from fp8rl.rl import shadow_clip_counts, shadow_clip_shares
 from fp8rl.rl.losses import resolve_bounds, standard_bounds
 from fp8rl.rl.verl_registry import calibrator_config_from_actor, set_live_bounds
 from fp8rl.runs import atomic_write_text
-from fp8rl.verl_ext.dist_calibration import DistributedCalibrator
+from fp8rl.verl_ext.dist_calibration import DistributedCalibrator, comm_device
 from fp8rl.verl_ext.fp8_engine import FP8FSDPEngineWithLMHead, engine_recipe
 from fp8rl.verl_ext.hooks import CalibratedClippingConfig
 
@@ -226,23 +227,22 @@ class ActorCalibration:
 
     def _shadow_metrics(self, plan: StepPlan, record: StepRecord) -> dict[str, float]:
         """``fp8rl/shadow/*`` over every rank's tokens: BF16 at the nominal bounds, FP8 at the
-        active ones (``fp8rl.rl.shadow_clip_comparison``)."""
+        active ones. Each rank counts its own tokens (``fp8rl.rl.shadow_clip_counts``) and
+        one all-reduce of those counts gives the global batch's shares, the same numbers as
+        ``fp8rl.rl.shadow_clip_comparison`` over the concatenated batch."""
         m = record.mask
-        local = torch.stack(
-            [
-                (record.new_bf16 - record.old_bf16)[m].double(),
-                (record.new_fp8 - record.old_fp8)[m].double(),
-                record.advantages[m].double(),
-            ]
+        counts = shadow_clip_counts(
+            record.new_bf16 - record.old_bf16,
+            record.new_fp8 - record.old_fp8,
+            record.advantages,
+            m,
+            standard_bounds(self.actor_config),
+            plan.bounds,
         )
         if dist.is_available() and dist.is_initialized():
-            parts: list[Any] = [None] * dist.get_world_size(self.group)
-            dist.all_gather_object(parts, local, group=self.group)
-            local = torch.cat(parts, dim=1)
-        lb, lf, adv = local
-        ones = torch.ones_like(adv, dtype=torch.bool)
-        nominal = standard_bounds(self.actor_config)
-        return shadow_clip_comparison(lb, lf, adv, ones, nominal, plan.bounds)
+            counts = counts.to(comm_device(self.group))
+            dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=self.group)
+        return shadow_clip_shares(counts.cpu())
 
     # -- checkpoints
     def save(self, directory: str | Path) -> None:

@@ -64,7 +64,7 @@ from fp8rl.rl.calibration import Calibrator, CalibratorConfig, log_prob_ratio, s
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DistributedCalibrator"]
+__all__ = ["DistributedCalibrator", "comm_device"]
 
 Tokens = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -267,7 +267,7 @@ class DistributedCalibrator:
             if error:
                 raise ValueError(error)
             return local
-        device = _comm_device(self.group)
+        device = comm_device(self.group)
         head = torch.tensor([int(bool(error)), local[0].numel()], dtype=torch.int64, device=device)
         heads = [torch.empty_like(head) for _ in range(self.world_size)]
         dist.all_gather(heads, head, group=self.group)
@@ -319,7 +319,7 @@ def _all_true(tokens: Tokens) -> torch.Tensor:
     return torch.ones_like(tokens[0], dtype=torch.bool)
 
 
-def _comm_device(group: dist.ProcessGroup | None) -> torch.device:
+def comm_device(group: dist.ProcessGroup | None) -> torch.device:
     """Where tensors must live for ``group``'s backend: the current GPU for NCCL."""
     if dist.get_backend(group) == "nccl":
         return torch.device("cuda", torch.cuda.current_device())

@@ -7,7 +7,12 @@ import math
 import pytest
 import torch
 
-from fp8rl.rl import shadow_clip_comparison
+from fp8rl.rl import (
+    SHADOW_CLIP_COUNTS,
+    shadow_clip_comparison,
+    shadow_clip_counts,
+    shadow_clip_shares,
+)
 
 
 def test_shares_by_side_sign_and_bounds() -> None:
@@ -28,6 +33,28 @@ def test_shares_by_side_sign_and_bounds() -> None:
     assert out["fp8rl/shadow/clipfrac_high_posadv_fp8"] == pytest.approx(0.5)
     assert out["fp8rl/shadow/clipfrac_high_posadv_fp8_nominal"] == pytest.approx(0.5)
     assert (out["fp8rl/shadow/n_negadv"], out["fp8rl/shadow/n_posadv"]) == (3.0, 2.0)
+
+
+def test_counts_summed_over_ranks_give_the_whole_batch_s_shares() -> None:
+    """The data-parallel path: each rank counts its rows, one sum gives the global shares,
+    equal (not close) to the comparison over the concatenated batch."""
+    g = torch.Generator().manual_seed(0)
+    lb, lf = 0.2 * torch.randn(6, 40, generator=g), 0.2 * torch.randn(6, 40, generator=g)
+    adv = torch.randn(6, 1, generator=g).expand(6, 40).contiguous()
+    mask = torch.rand(6, 40, generator=g) > 0.2
+    bounds = ((0.85, 1.2), (0.8, 1.25))
+    whole = shadow_clip_comparison(lb, lf, adv, mask, *bounds)
+    ranks = [slice(0, 2), slice(2, 6)]  # unequal shares, as dynamic batching gives
+    counts = sum(shadow_clip_counts(lb[r], lf[r], adv[r], mask[r], *bounds) for r in ranks)
+    assert shadow_clip_shares(counts) == whole
+    assert whole["fp8rl/shadow/clipfrac_low_negadv_fp8"] > 0  # the case clips something
+    alone = shadow_clip_shares(shadow_clip_counts(lb[:2], lf[:2], adv[:2], mask[:2], *bounds))
+    assert alone != whole  # one rank's shares are not the batch's
+
+
+def test_shares_refuse_counts_of_the_wrong_length() -> None:
+    with pytest.raises(ValueError, match="SHADOW_CLIP_COUNTS"):
+        shadow_clip_shares(torch.zeros(len(SHADOW_CLIP_COUNTS) - 1))
 
 
 def test_no_tokens_of_a_sign_gives_zero_shares() -> None:

@@ -248,6 +248,12 @@ def test_two_data_parallel_ranks_match_one_process(model_dir: Path, tmp_path: Pa
     assert_step_matches_the_tiny_backend(ranks, ref.steps[0], case)
     assert_the_actor_calibrates_as_one_process(ranks, case)
     assert ranks[0]["steps"][0]["next_bounds"] == ranks[1]["steps"][0]["next_bounds"]
+    # fp8rl/shadow/* is over the global batch: both ranks log the same numbers, and the
+    # token counts are the one process's
+    shadow = [{k: v for k, v in r["steps"][0]["metrics"].items() if "/shadow/" in k} for r in ranks]
+    assert shadow[0] == shadow[1]
+    for name in ("fp8rl/shadow/n_negadv", "fp8rl/shadow/n_posadv"):
+        assert shadow[0][name] == [ref.steps[0]["metrics"][name]]
     assert all(r["state_loaded"]["low"] == r["state_saved"]["low"] for r in ranks)
 
 
