@@ -8,17 +8,21 @@ and by the run config's derived settings it calls (``calibrator_config``, ``roll
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import pytest
 
 import fp8rl.config.run as run_module
-from fp8rl.config import RunConfig, leaf_fields
 from fp8rl.runs import RunStore
 from fp8rl.tiny.backend import TinyBackend
 from fp8rl.tiny.settings import UNUSED
 
+from config_reads import (
+    Reads,
+    assert_unused_list_names_real_leaves,
+    record_reads,
+    unread_leaves,
+)
 from quick_runs import quick
 
 TINY = str(Path(run_module.__file__).parents[1] / "tiny")
@@ -75,41 +79,9 @@ def _owner(frame) -> str | None:
 
 
 @pytest.fixture
-def recorded(monkeypatch) -> set[tuple[type, str]]:
+def recorded(monkeypatch) -> Reads:
     """(config class, field) pairs read by the backend while the fixture is active."""
-    reads: set[tuple[type, str]] = set()
-    classes = {type(v) for v in _groups(RunConfig())} | {RunConfig}
-    for cls in classes:
-        names = {f.name for f in dataclasses.fields(cls)}
-
-        def getattribute(self, name, _names=names, _base=object.__getattribute__):
-            if name in _names and _owner(sys._getframe(1)) is not None:
-                reads.add((type(self), name))
-            return _base(self, name)
-
-        monkeypatch.setattr(cls, "__getattribute__", getattribute)
-    return reads
-
-
-def _groups(cfg: object) -> list[object]:
-    out = []
-    for f in dataclasses.fields(cfg):  # type: ignore[arg-type]
-        value = getattr(cfg, f.name)
-        if dataclasses.is_dataclass(value):
-            out += [value, *_groups(value)]
-    return out
-
-
-def _leaf_classes() -> dict[str, tuple[type, str]]:
-    """Dotted leaf key -> (the class that holds it, field name)."""
-    out = {}
-    for key in leaf_fields():
-        *path, name = key.split(".")
-        cls: type = RunConfig
-        for part in path:
-            cls = type(getattr(cls(), part))
-        out[key] = (cls, name)
-    return out
+    return record_reads(monkeypatch, _owner)
 
 
 def test_every_leaf_is_read_by_the_tiny_backend_or_listed_unused(recorded, tmp_path, cache) -> None:
@@ -118,19 +90,12 @@ def test_every_leaf_is_read_by_the_tiny_backend_or_listed_unused(recorded, tmp_p
     assert summary.status == "done"
     probe = quick(task="noise_probe", probe_rounds=1)
     assert backend.run(probe, store, "coverage", cache_dir=cache).status == "done"
-    unread = [
-        key
-        for key, (cls, name) in _leaf_classes().items()
-        if not any(issubclass(c, cls) and n == name for c, n in recorded)
-    ]
-    assert sorted(unread) == sorted(UNUSED), (
+    unread = unread_leaves(recorded)
+    assert unread == sorted(UNUSED), (
         "leaves neither read by the tiny backend nor listed in fp8rl.tiny.settings.UNUSED "
         f"(or listed but read): {sorted(set(unread) ^ set(UNUSED))}"
     )
 
 
 def test_the_unused_list_names_real_leaves_with_reasons() -> None:
-    leaves = set(leaf_fields())
-    for key, why in UNUSED.items():
-        assert key in leaves, key
-        assert len(why) > 10, key
+    assert_unused_list_names_real_leaves(UNUSED)

@@ -9,20 +9,25 @@ unused keys or the generic copying and checking in ``fp8rl.config``."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import pytest
 from verl_runs import fake_python, write_data
 
 import fp8rl.config.run as run_module
-from fp8rl.config import RunConfig, leaf_fields
 from fp8rl.experiments.backends import resolve_run
 from fp8rl.experiments.compose import compose
 from fp8rl.runs import RunStore
 from fp8rl.verl_ext import launch as launch_module
 from fp8rl.verl_ext.backend import VerlBackend
 from fp8rl.verl_ext.settings import UNUSED
+
+from config_reads import (
+    Reads,
+    assert_unused_list_names_real_leaves,
+    record_reads,
+    unread_leaves,
+)
 
 VERL_EXT = str(Path(run_module.__file__).parents[1] / "verl_ext")
 SETTINGS = str(Path(VERL_EXT) / "settings.py")
@@ -59,39 +64,9 @@ def _owner(frame) -> str | None:
 
 
 @pytest.fixture
-def recorded(monkeypatch) -> set[tuple[type, str]]:
-    reads: set[tuple[type, str]] = set()
-    classes = {type(v) for v in _groups(RunConfig())} | {RunConfig}
-    for cls in classes:
-        names = {f.name for f in dataclasses.fields(cls)}
-
-        def getattribute(self, name, _names=names, _base=object.__getattribute__):
-            if name in _names and _owner(sys._getframe(1)) is not None:
-                reads.add((type(self), name))
-            return _base(self, name)
-
-        monkeypatch.setattr(cls, "__getattribute__", getattribute)
-    return reads
-
-
-def _groups(cfg: object) -> list[object]:
-    out = []
-    for f in dataclasses.fields(cfg):  # type: ignore[arg-type]
-        value = getattr(cfg, f.name)
-        if dataclasses.is_dataclass(value):
-            out += [value, *_groups(value)]
-    return out
-
-
-def _leaf_classes() -> dict[str, tuple[type, str]]:
-    out = {}
-    for key in leaf_fields():
-        *path, name = key.split(".")
-        cls: type = RunConfig
-        for part in path:
-            cls = type(getattr(cls(), part))
-        out[key] = (cls, name)
-    return out
+def recorded(monkeypatch) -> Reads:
+    """(config class, field) pairs read by the backend while the fixture is active."""
+    return record_reads(monkeypatch, _owner)
 
 
 def test_every_leaf_is_read_by_the_verl_backend_or_listed_unused(recorded, tmp_path, monkeypatch):
@@ -105,19 +80,12 @@ def test_every_leaf_is_read_by_the_verl_backend_or_listed_unused(recorded, tmp_p
         store = RunStore(r.experiment.runs_dir)
         summary = backend.run(r.config, store, "coverage", cluster=r.experiment.cluster)
         assert summary.status == "done"
-    unread = [
-        key
-        for key, (cls, name) in _leaf_classes().items()
-        if not any(issubclass(c, cls) and n == name for c, n in recorded)
-    ]
-    assert sorted(unread) == sorted(UNUSED), (
+    unread = unread_leaves(recorded)
+    assert unread == sorted(UNUSED), (
         "leaves neither read by the verl backend nor listed in fp8rl.verl_ext.settings.UNUSED "
         f"(or listed but read): {sorted(set(unread) ^ set(UNUSED))}"
     )
 
 
 def test_the_unused_list_names_real_leaves_with_reasons() -> None:
-    leaves = set(leaf_fields())
-    for key, why in UNUSED.items():
-        assert key in leaves, key
-        assert len(why) > 10, key
+    assert_unused_list_names_real_leaves(UNUSED)
