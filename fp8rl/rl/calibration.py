@@ -123,13 +123,18 @@ POOL_MODES: tuple[str, ...] = ("batch", "period")
 # The rules as pure functions
 
 
-def _select(
+def select_tokens(
     ratio_bf16: torch.Tensor,
     ratio_fp8: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Flatten the masked tokens to float64 ``(r_bf16, r_fp8, A)``; validate."""
+    """The tokens the calibrator reads: the masked ``(r_bf16, r_fp8, A)`` flattened to 1-D
+    float64, validated (one shape, finite values, non-negative ratios; ``ValueError``
+    otherwise). :meth:`Calibrator.add` and :meth:`Calibrator.update` apply it themselves;
+    it is public for callers that move tokens between processes
+    (``fp8rl.verl_ext.dist_calibration`` gathers them across data-parallel ranks), for whom
+    ``update(cat of select_tokens per rank)`` equals ``update(cat of the raw tensors)``."""
     if not (ratio_bf16.shape == ratio_fp8.shape == advantages.shape == mask.shape):
         raise ValueError(
             "ratio_bf16, ratio_fp8, advantages and mask must share a shape, got "
@@ -146,21 +151,6 @@ def _select(
     if (rb < 0).any() or (rf < 0).any():
         raise ValueError("ratios must be non-negative")
     return rb, rf, adv
-
-
-def select_tokens(
-    ratio_bf16: torch.Tensor,
-    ratio_fp8: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The tokens the calibrator reads: the masked ``(r_bf16, r_fp8, A)`` flattened to 1-D
-    float64, validated (one shape, finite values, non-negative ratios; ``ValueError``
-    otherwise). :meth:`Calibrator.add` and :meth:`Calibrator.update` apply it themselves;
-    it is public for callers that move tokens between processes
-    (``fp8rl.verl_ext.dist_calibration`` gathers them across data-parallel ranks), for whom
-    ``update(cat of select_tokens per rank)`` equals ``update(cat of the raw tensors)``."""
-    return _select(ratio_bf16, ratio_fp8, advantages, mask)
 
 
 def _lower_from_selected(rb: torch.Tensor, rf: torch.Tensor, eps_low: float) -> tuple[float, float]:
@@ -203,7 +193,7 @@ def calibrated_lower_bound(
 
     The quantile interpolates linearly between order statistics (numpy ``"linear"``).
     """
-    rb, rf, adv = _select(ratio_bf16, ratio_fp8, advantages, mask)
+    rb, rf, adv = select_tokens(ratio_bf16, ratio_fp8, advantages, mask)
     neg = adv < 0
     return _lower_from_selected(rb[neg], rf[neg], eps_low)[0]
 
@@ -309,7 +299,7 @@ def calibrated_upper_bound(
     """
     if rule not in UPPER_RULES:
         raise ValueError(f"unknown upper-bound rule {rule!r}; choose one of {UPPER_RULES}")
-    rb, rf, adv = _select(ratio_bf16, ratio_fp8, advantages, mask)
+    rb, rf, adv = select_tokens(ratio_bf16, ratio_fp8, advantages, mask)
     if rule == "quantile":
         pos = adv > 0
         return _upper_quantile(rb[pos], rf[pos], eps_high)[0]
@@ -445,7 +435,7 @@ def calibrate(
     bound it will actually apply)."""
     if rule not in UPPER_RULES:
         raise ValueError(f"unknown upper-bound rule {rule!r}; choose one of {UPPER_RULES}")
-    rb, rf, adv = _select(ratio_bf16, ratio_fp8, advantages, mask)
+    rb, rf, adv = select_tokens(ratio_bf16, ratio_fp8, advantages, mask)
     return _calibrate_selected(rb, rf, adv, eps_low, eps_high, rule, lower)
 
 
@@ -485,24 +475,19 @@ def _calibrate_selected(
     )
 
 
-def _log_prob_ratio(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-    """The ratio as the loss forms it: ``exp`` of the log-ratio clamped to [-20, 20]."""
+def log_prob_ratio(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    """The ratio as the loss forms it: ``exp`` of the log-ratio clamped to [-20, 20] (what
+    the ``*_from_log_probs`` methods pass on to ``add``/``update``)."""
     return torch.exp(torch.clamp(new.detach().float() - old.detach().float(), -20.0, 20.0))
 
 
-def log_prob_ratio(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-    """``exp(new - old)`` as :meth:`Calibrator.update_from_log_probs` forms it (the
-    log-ratio clamped to [-20, 20], as the loss does), for callers that pass ratios on."""
-    return _log_prob_ratio(new, old)
-
-
-#: The per-token fields of a pooled chunk, in ``_select``'s order (and the state's keys).
+#: The per-token fields of a pooled chunk, in ``select_tokens``' order (and the state's keys).
 _POOL_FIELDS: tuple[str, ...] = ("ratio_bf16", "ratio_fp8", "advantages")
 
 
 @dataclass(frozen=True)
 class _Chunk:
-    """One step's masked tokens in the pool, flattened to float64 (``_select``)."""
+    """One step's masked tokens in the pool, flattened to float64 (``select_tokens``)."""
 
     step: int
     ratio_bf16: torch.Tensor
@@ -522,7 +507,66 @@ class _Decision:
     pool_steps: int
 
 
-class Calibrator:
+class FromLogProbs:
+    """``add``/``update`` fed with the four log-prob tensors of the module docstring, and the
+    per-step choice between them: shared by :class:`Calibrator` and by
+    ``fp8rl.verl_ext.dist_calibration.DistributedCalibrator`` (which have the same
+    ``add``, ``update``, ``is_calibration_step`` and ``is_pooling_step``)."""
+
+    def add_from_log_probs(
+        self,
+        step: int,
+        *,
+        old_log_prob_bf16: torch.Tensor,
+        log_prob_bf16: torch.Tensor,
+        old_log_prob_fp8: torch.Tensor,
+        log_prob_fp8: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> None:
+        """``add`` from the four log-prob tensors of the module docstring."""
+        self.add(
+            step,
+            log_prob_ratio(log_prob_bf16, old_log_prob_bf16),
+            log_prob_ratio(log_prob_fp8, old_log_prob_fp8),
+            advantages,
+            mask,
+        )
+
+    def update_from_log_probs(
+        self,
+        step: int,
+        *,
+        old_log_prob_bf16: torch.Tensor,
+        log_prob_bf16: torch.Tensor,
+        old_log_prob_fp8: torch.Tensor,
+        log_prob_fp8: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> dict[str, float]:
+        """``update`` from the four log-prob tensors of the module docstring; ratios are
+        formed as the loss forms them (:func:`log_prob_ratio`)."""
+        return self.update(
+            step,
+            log_prob_ratio(log_prob_bf16, old_log_prob_bf16),
+            log_prob_ratio(log_prob_fp8, old_log_prob_fp8),
+            advantages,
+            mask,
+        )
+
+    def observe_from_log_probs(self, step: int, **tensors: torch.Tensor) -> dict[str, float]:
+        """One step's tokens (keywords of :meth:`update_from_log_probs`): an update on a
+        calibration step (its metrics returned), pooling on a pooling step, nothing
+        otherwise (``{}``; a pure function of ``step``, so every data-parallel rank decides
+        alike)."""
+        if self.is_calibration_step(step):
+            return self.update_from_log_probs(step, **tensors)
+        if self.is_pooling_step(step):
+            self.add_from_log_probs(step, **tensors)
+        return {}
+
+
+class Calibrator(FromLogProbs):
     """Holds the live clip bounds and recalibrates them every ``period`` steps.
 
     Typical loop (either backend)::
@@ -610,27 +654,7 @@ class Calibrator:
                 "uses the calibration step's batch alone (pass it to update())"
             )
         self._check_step(step)
-        self._pool.append(_Chunk(step, *_select(ratio_bf16, ratio_fp8, advantages, mask)))
-
-    def add_from_log_probs(
-        self,
-        step: int,
-        *,
-        old_log_prob_bf16: torch.Tensor,
-        log_prob_bf16: torch.Tensor,
-        old_log_prob_fp8: torch.Tensor,
-        log_prob_fp8: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-    ) -> None:
-        """:meth:`add` from the four log-prob tensors of the module docstring."""
-        self.add(
-            step,
-            _log_prob_ratio(log_prob_bf16, old_log_prob_bf16),
-            _log_prob_ratio(log_prob_fp8, old_log_prob_fp8),
-            advantages,
-            mask,
-        )
+        self._pool.append(_Chunk(step, *select_tokens(ratio_bf16, ratio_fp8, advantages, mask)))
 
     def _check_step(self, step: int) -> None:
         if self._last_step is not None and step <= self._last_step:
@@ -657,7 +681,7 @@ class Calibrator:
         if not cfg.enabled:
             raise RuntimeError("calibration is disabled (CalibratorConfig.enabled=False)")
         self._check_step(step)
-        chunk = _Chunk(step, *_select(ratio_bf16, ratio_fp8, advantages, mask))
+        chunk = _Chunk(step, *select_tokens(ratio_bf16, ratio_fp8, advantages, mask))
         chunks = [*self._pool, chunk] if cfg.pool == "period" else [chunk]
         rb, rf, adv = (torch.cat([getattr(c, f) for c in chunks]) for f in _POOL_FIELDS)
         decision = self._decide(rb, rf, adv, pool_steps=len({c.step for c in chunks}))
@@ -686,27 +710,6 @@ class Calibrator:
             step + 1,
         )
         return metrics
-
-    def update_from_log_probs(
-        self,
-        step: int,
-        *,
-        old_log_prob_bf16: torch.Tensor,
-        log_prob_bf16: torch.Tensor,
-        old_log_prob_fp8: torch.Tensor,
-        log_prob_fp8: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-    ) -> dict[str, float]:
-        """:meth:`update` from the four log-prob tensors of the module docstring; ratios are
-        formed as the loss forms them (``exp`` of the log-ratio clamped to [-20, 20])."""
-        return self.update(
-            step,
-            _log_prob_ratio(log_prob_bf16, old_log_prob_bf16),
-            _log_prob_ratio(log_prob_fp8, old_log_prob_fp8),
-            advantages,
-            mask,
-        )
 
     def _decide(
         self, rb: torch.Tensor, rf: torch.Tensor, adv: torch.Tensor, pool_steps: int

@@ -60,7 +60,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from fp8rl.rl.calibration import Calibrator, CalibratorConfig, log_prob_ratio, select_tokens
+from fp8rl.rl.calibration import Calibrator, CalibratorConfig, FromLogProbs, select_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class _Outcome:
     message: str = ""
 
 
-class DistributedCalibrator:
+class DistributedCalibrator(FromLogProbs):
     """A :class:`~fp8rl.rl.calibration.Calibrator` whose statistics are global over a
     data-parallel process group; see the module docstring.
 
@@ -173,57 +173,6 @@ class DistributedCalibrator:
             assert outcome.state is not None
             self.calibrator.load_state_dict(outcome.state)
         return dict(outcome.metrics)
-
-    def add_from_log_probs(
-        self,
-        step: int,
-        *,
-        old_log_prob_bf16: torch.Tensor,
-        log_prob_bf16: torch.Tensor,
-        old_log_prob_fp8: torch.Tensor,
-        log_prob_fp8: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-    ) -> None:
-        """:meth:`add` from the four log-prob tensors of :mod:`fp8rl.rl.calibration`."""
-        self.add(
-            step,
-            log_prob_ratio(log_prob_bf16, old_log_prob_bf16),
-            log_prob_ratio(log_prob_fp8, old_log_prob_fp8),
-            advantages,
-            mask,
-        )
-
-    def update_from_log_probs(
-        self,
-        step: int,
-        *,
-        old_log_prob_bf16: torch.Tensor,
-        log_prob_bf16: torch.Tensor,
-        old_log_prob_fp8: torch.Tensor,
-        log_prob_fp8: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-    ) -> dict[str, float]:
-        """:meth:`update` from the four log-prob tensors of :mod:`fp8rl.rl.calibration`."""
-        return self.update(
-            step,
-            log_prob_ratio(log_prob_bf16, old_log_prob_bf16),
-            log_prob_ratio(log_prob_fp8, old_log_prob_fp8),
-            advantages,
-            mask,
-        )
-
-    def observe_from_log_probs(self, step: int, **tensors: torch.Tensor) -> dict[str, float]:
-        """What the actor calls once per step with this rank's four log-prob tensors,
-        advantages and mask (keywords of :meth:`update_from_log_probs`): an update on a
-        calibration step (its metrics returned), pooling on a pooling step, nothing
-        otherwise (``{}``; no collective - every rank decides alike from ``step``)."""
-        if self.is_calibration_step(step):
-            return self.update_from_log_probs(step, **tensors)
-        if self.is_pooling_step(step):
-            self.add_from_log_probs(step, **tensors)
-        return {}
 
     # -- checkpoints
     def state_dict(self) -> dict[str, Any]:
