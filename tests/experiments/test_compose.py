@@ -19,6 +19,8 @@ from fp8rl.experiments.backends import resolve_run
 from fp8rl.experiments.compose import CONF_DIR, SWEEPS_DIR, Composer, compose, expand_grid
 from fp8rl.experiments.schema import ConfigError
 
+from grid_points import covering_points
+
 GROUPS = ("granularity", "algorithm", "model", "clipping", "backend")
 
 
@@ -143,17 +145,6 @@ def test_every_combination_of_group_options_composes_and_builds() -> None:
     with Composer() as composer:
         for combo in itertools.product(*(options(g) for g in GROUPS)):
             check_combination(composer, dict(zip(GROUPS, combo, strict=True)))
-
-
-def covering_points(points: list[list[str]]) -> list[list[str]]:
-    """Points such that every override value of the grid appears at least once."""
-    seen: set[str] = set()
-    chosen = []
-    for point in points:
-        if set(point) - seen:
-            chosen.append(point)
-            seen |= set(point)
-    return chosen
 
 
 @pytest.mark.parametrize("preset", PRESETS)

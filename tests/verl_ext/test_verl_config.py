@@ -25,18 +25,9 @@ from fp8rl.verl_ext.backend import VerlBackend
 from fp8rl.verl_ext.translate import VerlLaunch, override_key
 from fp8rl.verl_ext.verl_config import build_verl_config, compose_verl_config
 
+from grid_points import covering_points
+
 PRESETS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
-
-
-def covering(points: list[list[str]]) -> list[list[str]]:
-    """Points such that every override value of the grid appears at least once."""
-    seen: set[str] = set()
-    chosen = []
-    for point in points:
-        if set(point) - seen:
-            chosen.append(point)
-            seen |= set(point)
-    return chosen
 
 
 def launches(
@@ -48,7 +39,7 @@ def launches(
     with contextlib.ExitStack() as stack:
         compose = composer or stack.enter_context(Composer())
         points = expand_grid([f"+experiment={preset}", "backend=verl", *extra], compose)
-        for point in covering(points) if cover else points:
+        for point in covering_points(points) if cover else points:
             r = resolve_run(compose(point))
             run_dir = Path("/cluster/runs") / r.experiment.experiment_name / "0123456789abcdef"
             out.append((point, VerlBackend().launch(r.config, r.experiment, run_dir)))
