@@ -30,6 +30,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from fp8rl.runs.provenance import cpu_model
+
 REPO = Path(__file__).resolve().parents[1]
 TRANSCRIPT = REPO / "docs" / "first_run.md"
 FIGURES = REPO / "docs" / "first_run.json"
@@ -49,16 +51,6 @@ STEPS = [
     ("single", "make train-tiny", "one single run, the base model cached by now"),
     ("tests", "CI=true bash .ci/run", "the test suite as CI runs it: make test"),
 ]
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def _format_s(seconds: float) -> str:
@@ -147,7 +139,7 @@ def record(keep: Path | None) -> int:
     figures = {
         "recorded_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit,
-        "cpu": _cpu(),
+        "cpu": cpu_model() or "unknown CPU",
         "cores": len(os.sched_getaffinity(0)),
         "python": platform.python_version(),
         "steps": [{k: v for k, v in r.items() if k != "output"} for r in results],
