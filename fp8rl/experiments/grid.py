@@ -81,9 +81,17 @@ def _cost_key(resolved: RunConfig, threads: int | None) -> tuple | None:
 
 @dataclass
 class CostModel:
-    """Seconds per step measured in a run store, by the backends' cost keys."""
+    """Seconds per step measured in a run store, by the backends' cost keys.
+
+    A config with runs of its own cost key takes their median step time. One without takes
+    its backend's prior scaled by :attr:`speed`: how this machine, as loaded now, runs
+    against the priors, from the measured runs (those in flight when there are any, so an
+    ETA follows the load of the machine it is read on; every measured run otherwise). The
+    one-time set-ups (base-model builds) scale by the same factor."""
 
     measured: dict[tuple, list[float]] = field(default_factory=dict)
+    #: per measured run: (its median step time / its backend's prior, whether it is running)
+    ratios: list[tuple[float, bool]] = field(default_factory=list)
 
     @classmethod
     def from_store(cls, root: Path | str) -> CostModel:
@@ -107,8 +115,27 @@ class CostModel:
                 if isinstance(r.get("timing_s/step"), float | int)
             ]
             key = _cost_key(cfg, run_threads(info))
-            if steps and key is not None:
-                self.measured.setdefault(key, []).append(statistics.median(steps))
+            if not steps or key is None:
+                continue
+            median = statistics.median(steps)
+            self.measured.setdefault(key, []).append(median)
+            prior = get_backend(cfg.backend.name).cost(cfg).default_step_s()
+            if prior > 0:
+                in_flight = info.status is RunStatus.RUNNING and not info.crashed
+                self.ratios.append((median / prior, in_flight))
+
+    @property
+    def speed(self) -> float:
+        """Measured over prior step time: the median over the runs in flight, else over every
+        measured run (1.0 with none)."""
+        live = [r for r, running in self.ratios if running]
+        found = live or [r for r, _ in self.ratios]
+        return statistics.median(found) if found else 1.0
+
+    def speed_source(self) -> str:
+        live = sum(1 for _, running in self.ratios if running)
+        n = live or len(self.ratios)
+        return f"{n} run{'s' if n != 1 else ''}{' in flight' if live else ''}"
 
     def measured_step_seconds(self, cfg: RunConfig, threads: int | None) -> float | None:
         """Median measured seconds per step of runs like ``cfg``, or None."""
@@ -119,11 +146,15 @@ class CostModel:
         self, cfg: RunConfig, threads: int | None, cost: RunCost | None = None
     ) -> tuple[float, str]:
         """(seconds per step, where the number comes from) for a resolved run config;
-        ``cost``: its backend's cost model (the default when nothing was measured)."""
+        ``cost``: its backend's cost model (the prior, scaled by :attr:`speed`, when nothing
+        like it was measured)."""
         found = self.measured.get(_cost_key(cfg, threads))  # type: ignore[arg-type]
         if found:
             return statistics.median(found), f"measured ({len(found)} runs)"
         cost = cost or get_backend(cfg.backend.name).cost(cfg)
+        if self.ratios:
+            speed = self.speed
+            return cost.default_step_s() * speed, f"default x{speed:.2f} ({self.speed_source()})"
         return cost.default_step_s(), "default"
 
 
@@ -215,7 +246,8 @@ class GridPlan:
                     strict=False,
                 )
             )
-        return GridPlan(points, self.varying, setup_s(points))
+        speed = (costs or next(iter(models.values()), CostModel())).speed
+        return GridPlan(points, self.varying, setup_s(points) * speed)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -465,4 +497,5 @@ def plan_grid(
             if len({o for p in planned for o in p.overrides if _override_key(o) == k}) > 1
         }
     )
-    return GridPlan(planned, varying, setup_s(planned))
+    speed = (costs or next(iter(cost_models.values()), CostModel())).speed
+    return GridPlan(planned, varying, setup_s(planned) * speed)

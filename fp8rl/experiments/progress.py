@@ -300,6 +300,13 @@ def report_table(report: GridReport, *, max_reason: int = 60) -> Table:
     return table
 
 
+def _source_mark(source: str) -> str:
+    """plan_table's s/step mark for a GridPoint.cost_source."""
+    if source.startswith("measured"):
+        return "m"
+    return "d*" if source.startswith("default x") else "d"
+
+
 def plan_table(plan: GridPlan, *, workers: int = 1) -> Table:
     """The dry run: every grid point with its run id, what an invocation would do, and its
     estimated cost; the title totals it."""
@@ -333,10 +340,13 @@ def plan_table(plan: GridPlan, *, workers: int = 1) -> Table:
             p.run_id,
             action,
             str(p.steps) if p.task == "train" else p.task,
-            f"{p.step_s:.2f} {'m' if p.cost_source.startswith('measured') else 'd'}",
+            f"{p.step_s:.2f} {_source_mark(p.cost_source)}",
             format_seconds(p.est_s) if p.est_s else "-",
         )
-    table.caption = "s/step: m = measured in the run store, d = default (docs/experiments.md)"
+    table.caption = (
+        "s/step: m = measured in the run store, d = the backend's prior (docs/experiments.md), "
+        "d* = the prior scaled by how fast this store's measured runs went against theirs"
+    )
     notes = sorted({f"{k}: {why}" for p in plan.points for k, why in p.unused.items()})
     if notes:
         table.caption += "\nnot used, left out of the run: " + "; ".join(notes)

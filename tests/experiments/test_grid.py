@@ -269,3 +269,20 @@ def test_damaged_runs_are_planned_by_what_a_rerun_would_do(tmp_path: Path) -> No
     rerun = planned(["seed=0,1,2", "rerun_damaged=true"], tmp_path)
     assert [p.action for p in rerun.points] == ["restore", "rerun", "skip"]
     assert rerun.points[1].est_s > 0 and c.exists()
+
+
+def test_priors_learn_the_speed_of_the_runs_in_flight(tmp_path: Path) -> None:
+    # a BF16 run in flight at twice its prior step time: an FP8 point never measured takes
+    # its own prior times two, and so does the base-model build still missing
+    empty = planned(["granularity=bf16,blockwise", "eval.every=0"], tmp_path, costs=CostModel())
+    bf16, fp8 = empty.points
+    store = RunStore(tmp_path / "runs")
+    with store.open_run("test", bf16.config) as run:
+        run.log_metrics(1, {"timing_s/step": 2 * bf16.step_s})
+        run.mark("running")
+        plan = planned(["granularity=bf16,blockwise", "eval.every=0"], tmp_path)
+    assert plan.points[0].cost_source == "measured (1 runs)"
+    assert plan.points[1].step_s == pytest.approx(2 * fp8.step_s)
+    assert plan.points[1].cost_source == "default x2.00 (1 run in flight)"
+    assert plan.base_build_s == pytest.approx(2 * empty.base_build_s)
+    assert "d*" in to_text(plan_table(plan))
