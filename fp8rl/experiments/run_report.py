@@ -9,9 +9,15 @@
 - the recipe, as the config keys that set it (``granularity.training``,
   ``granularity.rollout``, ``clipping.mode``, ``algorithm.name``, ``model.preset``,
   ``seed``);
+- the training reward (``critic/score/mean``) over the first and the last fifth of the
+  steps logged (learning on the training prompts);
 - the held-out results: every ``val-core/...`` metric of the last evaluation next to the
-  step-0 evaluation (the SFT base, before any RL step) and the change; or why there is no
-  such table (no ``eval.jsonl``, or only the step-0 evaluation so far);
+  step-0 evaluation (the SFT base, before any RL step) and the change, with a 95% interval
+  on the average's change from the items evaluated (one run has one seed: the interval
+  covers item sampling only; it treats the two evaluations as independent samples of
+  ``limit x families`` items, which is conservative for the same items evaluated twice);
+  or why there is no such table (no ``eval.jsonl``, or only the step-0 evaluation so far);
+- the token-sample dumps (``samples/``) for the token viewer, when there are any;
 - where the run lives and the command that prints this summary again
   (``python scripts/show_run.py <path>``).
 
@@ -22,8 +28,10 @@ content as a :class:`RunReport` (for tests and other renderers).
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
+import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -90,6 +98,26 @@ class RunReport:
     metric: str = ""  # the metric every row shares (``acc/mean@1``), or ""
     rows: list[EvalRow] = field(default_factory=list)
     eval_problem: str = ""  # why there is no table ("" when there is one)
+    #: training reward: (first steps, mean, last steps, mean), or None (fewer than 2 steps)
+    reward: tuple[tuple[int, int], float, tuple[int, int], float] | None = None
+    sample_dumps: int = 0  # files in samples/
+
+    @property
+    def items(self) -> int | None:
+        """Held-out items behind the average (``limit`` x families), or None if unknown."""
+        limit, families = self.eval_settings.get("limit"), self.eval_settings.get("families")
+        if not isinstance(limit, int) or not isinstance(families, list) or not families:
+            return None
+        return limit * len(families)
+
+    def change_interval(self) -> tuple[float, float] | None:
+        """The 95% half-width and the change of the ``all`` row (module docstring)."""
+        row = next((r for r in self.rows if r.name in ("all", f"all/{self.metric}")), None)
+        n = self.items
+        if row is None or row.change is None or not n:
+            return None
+        var = sum(p * (1 - p) for p in (row.base, row.final) if p is not None) / n
+        return row.change, 1.96 * math.sqrt(var)
 
     @property
     def done(self) -> bool:
@@ -162,6 +190,12 @@ def read_run_report(path: Path | str) -> RunReport:
         recipe={k: flat[k] for k in _RECIPE_KEYS if k in flat},
         eval_settings={k[len("eval.") :]: v for k, v in flat.items() if k.startswith("eval.")},
     )
+    samples = path / "samples"
+    report = replace(
+        report,
+        reward=_reward_trend(path),
+        sample_dumps=sum(1 for f in samples.glob("*.json")) if samples.is_dir() else 0,
+    )
     records, problem = _read_eval(path, report.eval_settings.get("every"))
     if problem:
         return replace(report, eval_problem=problem)
@@ -179,6 +213,32 @@ def read_run_report(path: Path | str) -> RunReport:
         rows=rows,
         eval_problem=problem,
     )
+
+
+def _reward_trend(path: Path) -> tuple[tuple[int, int], float, tuple[int, int], float] | None:
+    """Mean ``critic/score/mean`` over the first and the last fifth of the logged steps (at
+    least one step each), or None with fewer than two steps or an unreadable log."""
+    try:
+        rows = read_step_log(path / "metrics.jsonl").to_rows()
+    except (CorruptLogError, OSError):
+        return None
+    scores = [
+        (int(r["step"]), float(r["critic/score/mean"])) for r in rows if "critic/score/mean" in r
+    ]
+    if len(scores) < 2:
+        return None
+    k = max(1, len(scores) // 5)
+    first, last = scores[:k], scores[-k:]
+    return (
+        (first[0][0], first[-1][0]),
+        statistics.fmean(v for _, v in first),
+        (last[0][0], last[-1][0]),
+        statistics.fmean(v for _, v in last),
+    )
+
+
+def _steps(span: tuple[int, int]) -> str:
+    return f"step {span[0]}" if span[0] == span[1] else f"steps {span[0]}-{span[1]}"
 
 
 def _shown_path(path: Path) -> str:
@@ -262,6 +322,12 @@ def _table(r: RunReport) -> list[str]:
 def format_run_report(report: RunReport) -> str:
     """The summary's plain text (no trailing newline)."""
     lines = [_headline(report), _recipe(report)]
+    if report.reward is not None:
+        first, early, last, late = report.reward
+        lines.append(
+            f"Training reward (critic/score/mean): {early:.3f} over {_steps(first)} -> "
+            f"{late:.3f} over {_steps(last)} ({late - early:+.3f})"
+        )
     if report.eval_problem:
         lines.append(report.eval_problem)
     else:
@@ -269,6 +335,18 @@ def format_run_report(report: RunReport) -> str:
         lines += _table(report)
         if report.final_step is None:
             lines.append("  (evaluated only at step 0, the base model, so far)")
+        interval = report.change_interval()
+        if interval is not None:
+            change, half = interval
+            lines.append(
+                f"Held-out change: {change:+.3f} +/- {half:.3f} (95%, over the {report.items} "
+                "items; one seed, so item sampling only: run seeds for the seed-to-seed spread)"
+            )
+    if report.sample_dumps:
+        lines.append(
+            f"Token samples: {report.sample_dumps} dumps in samples/ (the token viewer: "
+            "docs/analysis.md)"
+        )
     lines.append(f"Run directory: {_shown_path(report.path)}")
     lines.append(f"Show again:    {show_run_command(report.path)}")
     return "\n".join(lines)

@@ -95,13 +95,25 @@ def test_the_table_puts_the_last_evaluation_beside_the_base(store: RunStore) -> 
     assert next(line for line in lines if line.strip().startswith("all")).split()[-1] == "+0.062"
     assert "pass@1" not in text  # val-aux metrics stay out of the table
     assert f"Run directory: runs/test/{run_id}" in lines
+    # the reward over the first and last fifth of 4 steps (one step each): 0.1 -> 0.4
+    assert "Training reward (critic/score/mean): 0.100 over step 1 -> 0.400 over step 4" in text
+    # 100 items (50 x 2 families): 1.96 * sqrt((.375 * .625 + .4375 * .5625) / 100) = 0.1359
+    assert report.items == 100
+    change, half = report.change_interval()  # type: ignore[misc]
+    assert change == pytest.approx(0.0625) and half == pytest.approx(0.1359, abs=5e-5)
+    assert "Held-out change: +0.062 +/- 0.136 (95%, over the 100 items; one seed" in text
+    assert "Token samples" not in text  # no samples/ folder
     assert lines[-1].endswith(f"python scripts/show_run.py runs/test/{run_id}")
     assert show_run_command(path) == f"python scripts/show_run.py runs/test/{run_id}"
 
 
 def test_a_run_without_evaluation_says_so(store: RunStore) -> None:
     path = _run(store, _config(**{"eval.every": 0}), 4, {})
+    for step in (2, 4):
+        (path / "samples" / f"step_{step:08d}.json").write_text("{}")
     text = run_summary(path)
+    assert "Held-out change" not in text
+    assert "Token samples: 2 dumps in samples/" in text
     assert "No held-out evaluation: no eval.jsonl (eval.every=0)." in text
     assert "step 0 (base)" not in text
     assert text.splitlines()[0].endswith("done, 4 of 4 steps")
