@@ -34,8 +34,8 @@ lint: setup ## ruff check and format check
 	$(VENV)/bin/ruff format --check fp8rl tests benchmarks scripts analysis sweep.py hydra_plugins
 
 .PHONY: reproduce-table2
-reproduce-table2: setup ## Table 2 at tiny scale: run the grid (resumable), export to results/, write docs/reports/, print the table. QUICK=1 (1 min), FULL=1 (the pre-registered study: ~4 h, two runs at once), SEEDS=0,1,2, BACKEND=
-	$(PY) analysis/reproduce_table2.py $(if $(QUICK),--size quick,$(if $(FULL),--size full --jobs 2 --threads 1)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(BACKEND),--backend $(BACKEND)) $(ARGS)
+reproduce-table2: setup ## Table 2 at tiny scale: run the grids (resumable), export to results/, write docs/reports/, print the table. QUICK=1 (the pipeline check), MEDIUM=1 (50 steps, 9 arms), FULL=1 (the pre-registered study), SEEDS=0,1,2, BACKEND= (times: docs/analysis.md, measured)
+	$(PY) analysis/reproduce_table2.py $(if $(QUICK),--size quick,$(if $(FULL),--size full --jobs 2 --threads 1,$(if $(MEDIUM),--size medium,--size default --jobs 2 --threads 1))) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(BACKEND),--backend $(BACKEND)) $(ARGS)
 
 .PHONY: report
 report: setup ## Rebuild a report folder from results/: make report ARGS="--experiment table2_default [--export-from runs]"
@@ -54,7 +54,7 @@ train-tiny: setup ## One short tiny RL run (blockwise FP8 rollout+training, Cali
 		clipping=calibrated clipping.period=5 steps=30 eval.every=15 eval.limit=50 $(ARGS)
 
 .PHONY: first-run-transcript
-first-run-transcript: ## Record make setup, make reproduce-table2 (twice), make train-tiny and CI's make test on a fresh clone of HEAD; write README's first-run block from it (~40 min)
+first-run-transcript: ## Record make setup, make reproduce-table2 (twice), make train-tiny and CI's make test on a fresh clone of HEAD; write README's first-run block from it
 	$(PY) scripts/first_run.py record
 	$(PY) scripts/first_run.py render
 
@@ -82,7 +82,7 @@ status: setup ## An experiment's runs (done/running/failed/pending/pruned/stale,
 	$(PY) sweep.py --status $(ARGS)
 
 .PHONY: sweep-smoke
-sweep-smoke: setup ## A 2x2 grid on the test preset (seconds per run): checks the whole sweep path
+sweep-smoke: setup ## A 2x2 grid on the test preset: checks the whole sweep path
 	$(PY) sweep.py +sweep=smoke
 
 .PHONY: regime
@@ -106,7 +106,7 @@ prepare-benchmarks: setup ## Math benchmarks + DeepScaleR train set into data/be
 	$(PY) scripts/prepare_benchmarks.py $(if $(ARGS),$(ARGS),--list)
 
 .PHONY: lm-eval-agreement
-lm-eval-agreement: setup ## lm-eval vs the in-loop evaluator on the shipped base, FP32: greedy item by item, avg@4 within sampling error (~4 min)
+lm-eval-agreement: setup ## lm-eval vs the in-loop evaluator on the shipped base, FP32: greedy item by item, avg@4 within sampling error
 	$(PY) scripts/lm_eval_agreement.py $(ARGS)
 
 .PHONY: bench-lm-eval

@@ -1,6 +1,6 @@
 """make reproduce-table2: run the Table-2 grid (resumable), export it, report it, print it.
 
-    python analysis/reproduce_table2.py [--size quick|default|full] [--seeds 0,1,2]
+    python analysis/reproduce_table2.py [--size quick|default|medium|full] [--seeds 0,1,2]
         [--backend tiny] [--threads 2] [--runs-dir runs] [--cache-dir D] [--results-dir D]
         [--report-dir D] [--report-only] [--jobs N]
 
@@ -34,9 +34,19 @@ from fp8rl.experiments.preflight import preflight  # noqa: E402
 SCALE_NOTES = {
     "quick": "**Size: quick** (the test preset: a 30-step SFT base that answers nothing, 2 RL "
     "steps). It checks that the pipeline runs; its numbers mean nothing.",
-    "default": "**Size: default** (one seed, 50 RL steps on the tiny-s base): what a newcomer can "
-    "run in about 30 minutes. One seed gives no intervals, so no claim is decided here; the "
-    "pre-registered study is `make reproduce-table2 FULL=1`.",
+    "default": "**Size: default** (the paper's six Table-2 rows, one seed, 10 RL steps on the "
+    "study's scale model: the shipped 1200-step tiny-s base, eps 0.08, the BF16 shadow forward "
+    "on every step; greedy held-out accuracy on 25 items per family before and after). What "
+    "it can show: the mechanism, per arm, on every step's tokens: how many negative-advantage "
+    "tokens FP8 pushes below the lower bound against the BF16 shadow on the same tokens "
+    "(`fp8rl/shadow/*`, the clip-share figure). What it cannot: any accuracy difference "
+    "between arms (one seed; 200 items give a standard error of about 3.5 points per arm; "
+    "10 steps barely move the base), the entropy surge or garbling (the 50-step study shows "
+    "neither). No claim is decided here; the pre-registered study is "
+    "`make reproduce-table2 FULL=1`.",
+    "medium": "**Size: medium** (one seed, 50 RL steps on the 600-step tiny-s base, eps 0.2; "
+    "the default size before issue 28). One seed gives no intervals, so no claim is decided "
+    "here; the pre-registered study is `make reproduce-table2 FULL=1`.",
     "full": "**Size: full**: the pre-registered Table-2 study (protocol: "
     "`docs/study/table2_protocol.md`): the experiment/table2.yaml grid and the study's two "
     "controls (lower-only CC and the CISPO loss on one granularity), paired by seed. The "

@@ -2,13 +2,14 @@
 
     python scripts/first_run.py record   # clone HEAD into a temp dir and run the newcomer path
     python scripts/first_run.py render   # README.md's first-run block from the recording
-    make first-run-transcript            # both (about 40 minutes on 2 cores)
+    make first-run-transcript            # both
 
 ``record`` clones the repository's HEAD (committed files only) into a temporary directory
 and runs there, one after the other, with a cold base-model cache (``FP8RL_CACHE`` in the
 temporary directory, as on a fresh machine; pip's download cache is whatever this machine
 has): ``make setup``, ``make reproduce-table2`` twice (the main job; the second call
-finds every run done), ``make train-tiny`` (one single run) and ``CI=true bash .ci/run``
+finds every run done), ``python sweep.py granularity=rowwise`` (the design's first command:
+one single run) and ``CI=true bash .ci/run``
 (``make test`` as CI runs it). Every command's output and wall
 time go to ``docs/first_run.md`` (the transcript; the test run's output is cut to its
 tail) and ``docs/first_run.json`` (the figures ``render`` uses). ``render`` replaces the
@@ -45,10 +46,14 @@ STEPS = [
     (
         "first",
         "make reproduce-table2",
-        "the main job: builds the base model, runs the Table-2 grid, writes the report",
+        "the main job: the paper's six Table-2 rows from the shipped base, the report",
     ),
     ("second", "make reproduce-table2", "the same command again: nothing is recomputed"),
-    ("single", "make train-tiny", "one single run, the base model cached by now"),
+    (
+        "single",
+        ".venv/bin/python sweep.py granularity=rowwise",
+        "the design's first command: one run from the shipped base",
+    ),
     ("tests", "CI=true bash .ci/run", "the test suite as CI runs it: make test"),
 ]
 
@@ -75,7 +80,7 @@ def _summary_block(output: str) -> str:
     """The run summary sweep.py prints at the end of a single run (``Run ...`` to
     ``Show again: ...``)."""
     lines = output.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith("Run quickstart/")]
+    starts = [i for i, line in enumerate(lines) if re.match(r"Run [\w.-]+/[0-9a-f]+: ", line)]
     if not starts:
         return ""
     start = starts[-1]
@@ -192,12 +197,13 @@ def _table_lines(f: dict, steps: dict[str, dict]) -> list[str]:
     if not f.get("table"):
         return []
     first = steps.get("first", {})
-    committed = REPO / "docs" / "reports" / "table2_default" / "table2.md"
+    committed = REPO / "docs" / "reports" / "table2_small" / "table2.md"
     same = committed.exists() and committed.read_text().strip() == f["table"].strip()
     lines = [
-        f"The first `make reproduce-table2` ({_format_s(first.get('s', 0))} in all, the "
-        "base-model build included) ends by printing Table 2, the verdicts and where the "
-        "report is; the second call finds every run done and prints them again."
+        f"The first `make reproduce-table2` ({_format_s(first.get('s', 0))} in all; its base "
+        "model is shipped in data/base_models, so nothing is built) ends by printing Table 2, "
+        "the verdicts and where the report is; the second call finds every run done and "
+        "prints them again."
         + (
             " The printed table is identical to the committed report's below."
             if same
@@ -250,7 +256,8 @@ def render() -> int:
     if f.get("summary"):
         single = steps.get("single", {})
         lines += [
-            f"`make train-tiny` ({_format_s(single.get('s', 0))}) ends with its run's summary:",
+            f"`{single.get('command', 'sweep.py')}` ({_format_s(single.get('s', 0))}) ends "
+            "with its run's summary:",
             "",
             "```text",
             f["summary"],
@@ -270,7 +277,7 @@ def render() -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    rec = sub.add_parser("record", help="clone HEAD and run the newcomer path (~40 min)")
+    rec = sub.add_parser("record", help="clone HEAD and run the newcomer path")
     rec.add_argument("--keep", type=Path, help="work in this directory and keep it")
     sub.add_parser("render", help="write README.md's first-run block from the recording")
     args = parser.parse_args()

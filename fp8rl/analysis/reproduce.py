@@ -1,20 +1,28 @@
 """``make reproduce-table2``: which grids a size runs, and where its results and report go.
 
-Three sizes (``experiments/conf/experiment/table2*.yaml``):
+Four sizes (``experiments/conf/experiment/table2*.yaml``; their measured times are in
+``docs/analysis.md``, written from the runs' own records):
 
-* ``quick``   — ``table2_quick``: the test preset (tiny-test base, 2 steps), one seed; about
-  a minute; checks the whole path, its numbers mean nothing. Results and report under
-  ``runs/`` (not in git).
-* ``default`` — ``table2_default``: tiny-s, one seed, 50 steps; about 30 minutes on two
-  cores with the base-model build. Results in ``results/``, report in ``docs/reports/``.
+* ``quick``   — ``table2_quick``: the test preset (tiny-test base, 2 steps), one seed;
+  checks the whole path, its numbers mean nothing. Results and report under ``runs/`` (not
+  in git).
+* ``default`` — ``table2_small``: the paper's six Table-2 rows (BF16, FP8 rollout + BF16
+  training, tensorwise / rowwise / blockwise FP8, blockwise FP8 + CC), one seed, 10 steps
+  on the study's scale model (the shipped 1200-step base): ten minutes on an idle 2-core
+  machine, two runs at a time. Results in ``results/``, report in ``docs/reports/``.
+* ``medium``  — ``table2_default`` (the default before issue 28; its committed results keep
+  their run ids): BF16 and the three granularities x standard and CC plus the FP8-rollout
+  row, one seed, 50 steps on the 600-step tiny-s base.
 * ``full``    — ``table2``: the pre-registered Table-2 study (its protocol:
   :data:`STUDY_PROTOCOL`, docs/study/table2_protocol.md, committed before its first run);
   hours, resumable. Its report adds the study's endpoints and verdicts
   (:mod:`fp8rl.analysis.study`, :mod:`fp8rl.analysis.study_report`).
 
-Each size is two grids into one experiment: the experiment's own (BF16 and the three FP8
-granularities x standard and Calibrated Clipping, BF16 + CC being a control) and the FP8
-rollout + BF16 training row (``granularity=fp8_rollout_only clipping=standard``). The
+The ``quick`` and ``medium`` sizes are two grids into one experiment: the experiment's own
+(BF16 and the three FP8 granularities x standard and Calibrated Clipping, BF16 + CC being a
+control) and the FP8 rollout + BF16 training row (``granularity=fp8_rollout_only
+clipping=standard``). The ``default`` size is one grid per arm (:data:`SMALL_ARMS`), so
+``--jobs 2`` keeps two lanes busy. The
 ``full`` size adds the study's two controls on one granularity G
 (:data:`STUDY_CONTROL_GRANULARITY`): Calibrated Clipping of the lower bound only
 (``clipping=lower_only``) and the CISPO loss, which never zeroes a gradient
@@ -30,6 +38,8 @@ from fp8rl.config import ConfigError
 
 __all__ = [
     "SIZES",
+    "SIZE_FLAGS",
+    "SMALL_ARMS",
     "STUDY_CONTROL_GRANULARITY",
     "STUDY_GRANULARITIES",
     "STUDY_PROTOCOL",
@@ -38,7 +48,30 @@ __all__ = [
     "plan_table2",
 ]
 
-SIZES: dict[str, str] = {"quick": "table2_quick", "default": "table2_default", "full": "table2"}
+SIZES: dict[str, str] = {
+    "quick": "table2_quick",
+    "default": "table2_small",
+    "medium": "table2_default",
+    "full": "table2",
+}
+#: The make flag that selects each size (the default has none).
+SIZE_FLAGS: dict[str, str] = {
+    "quick": " QUICK=1",
+    "default": "",
+    "medium": " MEDIUM=1",
+    "full": " FULL=1",
+}
+#: The ``default`` size's arms (granularity, clipping), one grid each: the paper's Table-2
+#: rows, in the order they start: FP8 training first (its steps cost the most), so the two
+#: lanes end close together.
+SMALL_ARMS: tuple[tuple[str, str], ...] = (
+    ("blockwise", "calibrated"),
+    ("blockwise", "standard"),
+    ("rowwise", "standard"),
+    ("tensorwise", "standard"),
+    ("fp8_rollout_only", "standard"),
+    ("bf16", "standard"),
+)
 
 #: The granularity G of the study's two controls (lower-only CC, CISPO): the noisiest one,
 #: as the protocol chooses it.
@@ -99,14 +132,15 @@ def plan_table2(
     if size == "full":  # one grid per granularity, so `--jobs 2` keeps two lanes busy
         grids = [[*common, f"granularity={g}"] for g in STUDY_GRANULARITIES]
         grids += [rollout_arm, *control_grids(common)]
+    elif size == "default":  # one grid per arm (SMALL_ARMS' order)
+        grids = [[*common, f"granularity={g}", f"clipping={c}"] for g, c in SMALL_ARMS]
     if results_dir is None:
         results_dir = runs_dir / "results" if size == "quick" else Path("results")
     if report_dir is None:
         base = runs_dir / "reports" if size == "quick" else Path("docs/reports")
         report_dir = base / experiment
-    flags = {"quick": " QUICK=1", "default": "", "full": " FULL=1"}[size]
     extra = f" SEEDS={seeds}" if seeds is not None else ""
-    commands = [f"make reproduce-table2{flags}{extra}"]
+    commands = [f"make reproduce-table2{SIZE_FLAGS[size]}{extra}"]
     return Table2Plan(
         size, experiment, grids, runs_dir, Path(results_dir), Path(report_dir), commands
     )

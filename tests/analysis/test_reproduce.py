@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from fp8rl.analysis.reproduce import plan_table2
+from fp8rl.analysis.reproduce import SMALL_ARMS, plan_table2
 from fp8rl.config import ConfigError
 
 from room_rules import REPO
@@ -34,10 +34,18 @@ def test_plan_sizes_grids_and_folders(tmp_path):
     assert quick.grids[1][-2:] == ["granularity=fp8_rollout_only", "clipping=standard"]
     assert quick.results_dir == tmp_path / "results"  # quick stays out of git
     default = plan_table2("default", seeds="0, 1")
-    assert str(default.report_dir) == "docs/reports/table2_default"
+    assert str(default.report_dir) == "docs/reports/table2_small"
     assert "seed=0,1" in default.grids[0] and default.commands == [
         "make reproduce-table2 SEEDS=0,1"
     ]
+    # the default size: the paper's six rows, one grid each (two lanes stay busy)
+    assert [g[-2:] for g in default.grids] == [
+        [f"granularity={g}", f"clipping={c}"] for g, c in SMALL_ARMS
+    ]
+    assert len(SMALL_ARMS) == 6 and ("blockwise", "calibrated") in SMALL_ARMS
+    medium = plan_table2("medium")  # the default before issue 28: its run ids are kept
+    assert medium.experiment == "table2_default" and len(medium.grids) == 2
+    assert medium.commands == ["make reproduce-table2 MEDIUM=1"]
     assert plan_table2("full").experiment == "table2"
     with pytest.raises(ConfigError, match="unknown size"):
         plan_table2("huge")

@@ -251,7 +251,7 @@ def test_lower_only_and_cispo_have_their_own_labels_and_grids():
     assert full.grids[4][-2:] == ["granularity=fp8_rollout_only", "clipping=standard"]
     assert full.grids[5][-2:] == ["granularity=rowwise", "clipping=lower_only"]
     assert full.grids[6][-2:] == ["granularity=rowwise", "clipping=cispo"]
-    assert len(plan_table2("default").grids) == 2
+    assert len(plan_table2("medium").grids) == 2
     assert all(
         (REPO / "experiments/conf/clipping" / f"{name}.yaml").exists()
         for name in ("lower_only", "cispo")
