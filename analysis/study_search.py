@@ -42,7 +42,7 @@ def _step_seconds(results: Path, experiment: str) -> dict[str, float]:
     from fp8rl.runs import read_step_log
 
     out = {}
-    for path in sorted((results / experiment).glob("*/metrics.jsonl")):
+    for path in sorted((results / experiment).glob("[!.]*/metrics.jsonl")):  # not .tmp- copies
         rows = read_step_log(path).to_rows()
         times = [r["timing_s/step"] for r in rows if "timing_s/step" in r]
         if times:

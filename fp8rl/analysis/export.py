@@ -13,12 +13,18 @@ the per-layer FP8 statistics (``fp8rl/fp8/*``, 348 of a blockwise step's 540 met
 of its bytes), which no report reads and which stay in the run store. The copy has the run
 store's layout (``results/<experiment>/<run_id>/``), so every reader takes either.
 
-Each run is written atomically (built under a temporary name, then renamed), an exported
-run is replaced only when what it would write changed, and runs not finished (pending,
-running, damaged, stale) are skipped and listed. A done run's integrity record is made anew
-for the copy (``fp8rl.runs.integrity.make_record``: its logs' per-line digests, no
-checkpoints, the source's config hash and finish time) with ``exported_from`` saying what
-was left out, so a reader checks an exported run exactly as it checks a run.
+Each run is written atomically (``fp8rl.runs.atomic.atomic_directory``: built under a
+``.tmp-`` name, then swapped in), an exported run is replaced only when what it would write
+changed, and runs not finished (pending, running, damaged, stale) are skipped and listed. An
+export killed at any point leaves every run it replaced complete, old or new (or, where the
+OS lacks an atomic exchange, missing with its old copy under ``.old-``, which readers take);
+the next export first puts the destination right (``recover_directories``: an ``.old-`` copy
+renamed back, ``.tmp-``/``.old-`` leftovers removed), whichever runs it then writes.
+
+A done run's integrity record is made anew for the copy (``fp8rl.runs.integrity.make_record``:
+its logs' per-line digests, no checkpoints, the source's config hash and finish time) with
+``exported_from`` saying what was left out, so a reader checks an exported run exactly as it
+checks a run.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from fp8rl.runs import (
     atomic_write_json,
     read_step_log,
 )
+from fp8rl.runs.atomic import recover_directories
 from fp8rl.runs.integrity import make_record
 from fp8rl.runs.jsonl import encode_record
 
@@ -138,6 +145,7 @@ def export_experiment(
     store = as_store(source)
     dest_root = Path(destination)
     summary = ExportSummary(experiment, dest_root / experiment)
+    recover_directories(summary.destination)  # what a killed export left
     for info in store.list_runs(experiment):
         if info.stale:
             summary.skipped[info.run_id] = f"stale (results version {info.results_version})"

@@ -180,7 +180,7 @@ def _log_rows(
 ) -> list[tuple[str, int, str, Any]]:
     out = []
     for run_id in run_ids:
-        path = store.run_dir(experiment, run_id) / name
+        path = store.run_path(experiment, run_id) / name
         try:
             records = read_step_log(path).records
         except (CorruptLogError, OSError, ValueError) as exc:  # a damaged run: say, go on
@@ -227,7 +227,7 @@ def metrics_frame(
 def _eval_rows(
     store: RunStore, experiment: str, run_id: str, name: str
 ) -> list[tuple[int, dict[str, Any]]]:
-    path = store.run_dir(experiment, run_id) / name
+    path = store.run_path(experiment, run_id) / name
     try:
         return [(r["step"], r["data"]) for r in read_step_log(path).records]
     except (CorruptLogError, OSError, ValueError) as exc:  # a damaged run: say, go on

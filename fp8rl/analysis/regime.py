@@ -60,7 +60,7 @@ def regime_frame(source: RunStore | Path | str, experiment: str, period: int) ->
     runs = runs_frame(store, experiment)
     out = []
     for _, r in runs[runs["usable"]].iterrows() if not runs.empty else []:
-        log = read_step_log(store.run_dir(experiment, r["run_id"]) / "metrics.jsonl").to_rows()
+        log = read_step_log(store.run_path(experiment, r["run_id"]) / "metrics.jsonl").to_rows()
         out.append(
             {
                 "eps": r["config.algorithm.eps_low"],
@@ -223,7 +223,7 @@ def noise_frame(source: RunStore | Path | str, experiment: str = "regime_noise")
     runs = runs_frame(store, experiment)
     out = []
     for _, r in runs[runs["usable"]].iterrows() if not runs.empty else []:
-        rows = read_step_log(store.run_dir(experiment, r["run_id"]) / "metrics.jsonl").to_rows()
+        rows = read_step_log(store.run_path(experiment, r["run_id"]) / "metrics.jsonl").to_rows()
         value = rows[0].get(NOISE_METRIC) if rows else None
         out.append(
             {

@@ -472,7 +472,7 @@ def write_viewers(
     links: list[ViewerLink] = []
     dumped = set()
     for row in runs.itertuples():
-        if not read_dumps(store.run_dir(experiment, row.run_id)):
+        if not read_dumps(store.run_path(experiment, row.run_id)):
             continue
         dumped.add(row.run_id)
         path = out / f"{row.run_id}.html"

@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from fp8rl.runs.atomic import orphaned_copies
+
 __all__ = ["HF_EXPORTS_DIR", "LM_EVAL_DIR", "LM_EVAL_FILE", "hf_export_dir", "list_hf_exports"]
 
 HF_EXPORTS_DIR = "hf"
@@ -33,13 +35,18 @@ def hf_export_dir(run_dir: str | Path, step: int) -> Path:
 def list_hf_exports(run_dir: str | Path) -> dict[int, Path]:
     """The run's complete exports by step (a directory with ``config.json``), in step order.
 
-    Temporary directories of an interrupted export (``.tmp-*``) are never listed."""
+    Temporary directories of an interrupted export (``.tmp-*``) are never listed; an export
+    that a killed re-export left missing is listed at its last complete copy
+    (``fp8rl.runs.atomic.orphaned_copies``)."""
     root = Path(run_dir) / HF_EXPORTS_DIR
     if not root.is_dir():
         return {}
+    entries = {entry.name: entry for entry in root.iterdir()}
+    for name, entry in orphaned_copies(root).items():
+        entries.setdefault(name, entry)
     found = {}
-    for entry in root.iterdir():
-        match = _NAME.match(entry.name)
+    for name, entry in entries.items():
+        match = _NAME.match(name)
         if match and (entry / "config.json").is_file():
             found[int(match.group(1))] = entry
     return dict(sorted(found.items()))

@@ -50,7 +50,12 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from fp8rl.runs.atomic import atomic_write_json, atomic_write_text, remove_stale_temp_files
+from fp8rl.runs.atomic import (
+    atomic_write_json,
+    atomic_write_text,
+    orphaned_copies,
+    remove_stale_temp_files,
+)
 from fp8rl.runs.checkpoints import (
     Checkpoint,
     checkpoint_path,
@@ -580,6 +585,15 @@ class RunStore:
     def run_dir(self, experiment: str, run_id: str) -> Path:
         return self.experiment_dir(experiment) / run_id
 
+    def run_path(self, experiment: str, run_id: str) -> Path:
+        """Where readers read a run's files: :meth:`run_dir`, or, when an export killed
+        between its two renames left that missing (``fp8rl.runs.atomic``, where the OS has
+        no atomic exchange), the run's last complete copy under ``.old-<run_id>...``."""
+        path = self.run_dir(experiment, run_id)
+        if path.is_dir():
+            return path
+        return orphaned_copies(path.parent).get(run_id, path)
+
     def experiments(self) -> list[str]:
         if not self.root.is_dir():
             return []
@@ -959,10 +973,15 @@ class RunStore:
 
     def run_info(self, experiment: str, run_id: str) -> RunInfo:
         """Read one run without locking it, checking its files (never raises for a run that
-        exists: an unreadable or damaged one is reported with status ``damaged``)."""
-        path = self.run_dir(experiment, run_id)
+        exists: an unreadable or damaged one is reported with status ``damaged``). A run
+        that a killed export left under ``.old-<run_id>...`` only (``fp8rl.runs.atomic``) is
+        read from there."""
+        path = self.run_path(experiment, run_id)
         if not path.is_dir():
             raise RunStoreError(f"no run {run_id} in experiment {experiment} under {self.root}")
+        return self._info_at(experiment, run_id, path)
+
+    def _info_at(self, experiment: str, run_id: str, path: Path) -> RunInfo:
         try:
             return self._read_info(experiment, run_id, path)
         except Exception as exc:  # one unreadable run never blocks a listing
@@ -1076,15 +1095,21 @@ class RunStore:
 
     def list_runs(self, experiment: str) -> list[RunInfo]:
         """Every run of an experiment, oldest first (no locks taken; a damaged or
-        unreadable run is listed as ``damaged``, never raised)."""
+        unreadable run is listed as ``damaged``, never raised). Entries whose names start
+        with ``.`` are not runs (temporary copies, locks), except the last complete copy of
+        a run that a killed export left missing (:func:`fp8rl.runs.atomic.orphaned_copies`),
+        read in the run's place."""
         directory = self.experiment_dir(experiment)
         if not directory.is_dir():
             return []
-        infos = [
-            self.run_info(experiment, entry.name)
+        paths = {
+            entry.name: entry
             for entry in directory.iterdir()
             if entry.is_dir() and not entry.name.startswith(".")
-        ]
+        }
+        for run_id, path in orphaned_copies(directory).items():
+            paths.setdefault(run_id, path)
+        infos = [self._info_at(experiment, run_id, path) for run_id, path in paths.items()]
         return sorted(infos, key=lambda i: (str(i.status_record.get("created_at", "")), i.run_id))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -77,3 +79,87 @@ def test_atomic_directory_appears_whole_or_not_at_all(tmp_path) -> None:
         (tmp / "b.bin").write_bytes(b"2")
     assert sorted(p.name for p in target.iterdir()) == ["b.bin"]
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
+
+
+def _names(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
+def test_overwriting_a_directory_leaves_the_new_copy_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exchange: bool
+) -> None:
+    from fp8rl.runs import atomic
+
+    if not exchange:
+        monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
+    target = tmp_path / "run"
+    with atomic.atomic_directory(target) as tmp:
+        (tmp / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError), atomic.atomic_directory(target, overwrite=True) as tmp:
+        (tmp / "new.txt").write_text("half")
+        raise RuntimeError("failed while building")
+    assert _names(target) == ["old.txt"] and _names(tmp_path) == ["run"]
+    with atomic.atomic_directory(target, overwrite=True) as tmp:
+        (tmp / "new.txt").write_text("new")
+    assert _names(target) == ["new.txt"] and _names(tmp_path) == ["run"]
+
+
+def test_a_failed_second_rename_puts_the_old_copy_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fp8rl.runs import atomic
+
+    monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
+    target = tmp_path / "run"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    replace = os.replace
+
+    def refuse_the_new_copy(src, dst) -> None:
+        if Path(src).name.startswith(TEMP_PREFIX) and Path(dst) == target:
+            raise OSError("disk gone")
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", refuse_the_new_copy)
+    with pytest.raises(OSError, match="disk gone"):
+        with atomic.atomic_directory(target, overwrite=True) as tmp:
+            (tmp / "new.txt").write_text("new")
+    assert _names(target) == ["old.txt"] and _names(tmp_path) == ["run"]
+
+
+def test_recovery_restores_an_orphaned_copy_and_removes_dead_leftovers(tmp_path: Path) -> None:
+    from fp8rl.runs.atomic import OLD_PREFIX, orphaned_copies, recover_directories
+
+    dead = 999_999_999  # above any pid_max
+    older = tmp_path / f"{OLD_PREFIX}run.{dead}.4567cdef"  # an older copy, moved aside first
+    older.mkdir()
+    time.sleep(0.02)  # (file times tick by jiffies)
+    orphan = tmp_path / f"{OLD_PREFIX}run.{dead}.0123abcd"
+    orphan.mkdir()
+    (orphan / "status.json").write_text("{}")
+    (tmp_path / f"{TEMP_PREFIX}run.{dead}.89abcdef").mkdir()  # a half-built new copy
+    (tmp_path / f"{TEMP_PREFIX}run.{dead}.89abcdef" / "metrics.jsonl").write_text("x")
+    (tmp_path / f"{TEMP_PREFIX}other.{dead}.89abcdef").mkdir()  # empty, its writer dead
+    live_empty = tmp_path / f"{TEMP_PREFIX}more.{os.getpid()}.89abcdef"
+    live_empty.mkdir()  # made by a live writer that has not locked it yet
+    stray_file = tmp_path / f"{TEMP_PREFIX}status.json.{dead}.89abcdef"  # not a directory's
+    stray_file.write_text("torn")
+    assert orphaned_copies(tmp_path) == {"run": orphan}
+    handled = recover_directories(tmp_path)
+    assert len(handled) == 4
+    assert _names(tmp_path) == sorted(["run", live_empty.name, stray_file.name])
+    assert _names(tmp_path / "run") == ["status.json"]
+    assert orphaned_copies(tmp_path) == {} and recover_directories(tmp_path) == []
+
+
+def test_recovery_leaves_a_live_writers_directories_alone(tmp_path: Path) -> None:
+    from fp8rl.runs.atomic import atomic_directory, recover_directories
+
+    with atomic_directory(tmp_path / "a") as building:
+        (building / "half.txt").write_text("half")
+        assert recover_directories(tmp_path) == []
+        with atomic_directory(tmp_path / "b") as other:  # which recovers first
+            (other / "x").write_text("x")
+        assert (building / "half.txt").exists()
+    assert _names(tmp_path) == ["a", "b"]
