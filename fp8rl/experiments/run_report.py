@@ -21,6 +21,10 @@
 - where the run lives and the command that prints this summary again
   (``python scripts/show_run.py <path>``).
 
+A grid ends with :func:`arm_changes`: per arm (the grid's varying settings but the seed), the
+held-out average's change over the arm's finished runs, its mean and 95% t-interval over
+seeds where there are two or more.
+
 It reads only what is on disk, so the summary after a run and the one printed for a
 finished run that was skipped are the same. :func:`read_run_report` gives the same
 content as a :class:`RunReport` (for tests and other renderers).
@@ -42,6 +46,7 @@ __all__ = [
     "SHOW_RUN_SCRIPT",
     "EvalRow",
     "RunReport",
+    "arm_changes",
     "format_run_report",
     "read_run_report",
     "run_summary",
@@ -358,3 +363,42 @@ def run_summary(path: Path | str) -> str:
     Raises :class:`fp8rl.runs.RunStoreError` when ``path`` is not a readable run directory.
     """
     return format_run_report(read_run_report(path))
+
+
+def _arm(label: str) -> str:
+    """A grid point's label without its ``seed=`` setting (``-`` when nothing else varies)."""
+    return " ".join(part for part in label.split() if not part.startswith("seed=")) or "-"
+
+
+def arm_changes(runs: list[tuple[str, Path]]) -> str:
+    """The held-out average's change (last evaluation minus step 0) per arm, over seeds.
+
+    ``runs``: (grid label, run directory) of the grid's runs; those not done, or without an
+    ``all`` row at both evaluations, are left out. An arm is a label without its ``seed=``.
+    Returns "" when no run has a change to show."""
+    from fp8rl.analysis.stats import mean_ci  # scipy: only when a grid ends, not at start-up
+    by_arm: dict[str, list[float]] = {}
+    metric = ""
+    for label, path in runs:
+        try:
+            report = read_run_report(path)
+        except RunStoreError:
+            continue
+        row = next((r for r in report.rows if r.name.split("/")[0] == "all"), None)
+        if not report.done or row is None or row.change is None:
+            continue
+        metric = metric or report.metric
+        by_arm.setdefault(_arm(label), []).append(row.change)
+    if not by_arm:
+        return ""
+    width = max(len(arm) for arm in by_arm)
+    what = f"val-core/all/{metric}" if metric else "val-core/all"
+    lines = [f"Held-out change ({what}, last evaluation - step 0) by arm, over seeds:"]
+    for arm, changes in by_arm.items():
+        est = mean_ci(changes)
+        if est.n >= 2:
+            spread = f"[{est.low:+.3f}, {est.high:+.3f}] (95% t-interval, {est.n} seeds)"
+        else:
+            spread = "(1 seed: no interval over seeds; add seed=0,1,2 for one)"
+        lines.append(f"  {arm.ljust(width)}  {est.mean:+.3f}  {spread}")
+    return "\n".join(lines)

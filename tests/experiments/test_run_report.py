@@ -12,7 +12,12 @@ from types import ModuleType
 import pytest
 
 from fp8rl.config import RunConfig, override
-from fp8rl.experiments.run_report import read_run_report, run_summary, show_run_command
+from fp8rl.experiments.run_report import (
+    arm_changes,
+    read_run_report,
+    run_summary,
+    show_run_command,
+)
 from fp8rl.runs import RunStatus, RunStore
 from fp8rl.tiny.train import train
 
@@ -172,3 +177,24 @@ def test_a_real_run_and_its_skipped_second_call_give_one_summary(
     assert [r.name for r in report.rows] == ["add_sub", "max_min", "all"]
     assert all(r.change == r.final - r.base for r in report.rows)  # type: ignore[operator]
     assert after_run.splitlines()[0] == f"Run test/{first.run_id}: done, 2 of 2 steps"
+
+
+def test_a_grid_ends_with_each_arms_change_over_seeds(store: RunStore) -> None:
+    runs = []
+    for seed, (before, after) in enumerate([(0.25, 0.5), (0.25, 0.375), (0.5, 0.75)]):
+        path = _run(store, _config(seed=seed), 4, {0: {"all": before}, 4: {"all": after}})
+        runs.append((f"granularity=bf16 seed={seed}", path))
+    one = _run(store, _config(seed=9, **{"granularity.training": "rowwise"}), 4,
+               {0: {"all": 0.5}, 4: {"all": 0.25}})  # fmt: skip
+    runs.append(("granularity=rowwise seed=9", one))
+    stopped = _run(store, _config(seed=7), 2, {0: {"all": 0.0}, 2: {"all": 1.0}}, RunStatus.PENDING)
+    runs.append(("granularity=bf16 seed=7", stopped))  # not done: left out
+    lines = arm_changes(runs).splitlines()
+    assert lines[0].startswith("Held-out change (val-core/all/acc/mean@1, last evaluation")
+    # bf16: changes .25, .125, .25 -> mean .2083, t(2) 4.303 * sd .0722 / sqrt 3 = .1793
+    bf16 = next(line for line in lines if "granularity=bf16" in line).split()
+    assert bf16[1] == "+0.208" and bf16[2:4] == ["[+0.029,", "+0.388]"]
+    assert "3 seeds" in lines[1]
+    rowwise = next(line for line in lines if "granularity=rowwise" in line)
+    assert "-0.250" in rowwise and "1 seed: no interval" in rowwise
+    assert arm_changes([runs[-1]]) == ""
