@@ -11,7 +11,7 @@ from fp8rl.config import ClusterConfig, RunConfig
 from fp8rl.runs import RunStatus, RunStore, RunSummary
 from fp8rl.tiny.noise import noise_probe
 from fp8rl.tiny.settings import resolve_reporting_unused, sft_config
-from fp8rl.tiny.sft import base_model_key, default_cache_dir
+from fp8rl.tiny.sft import SHIPPED_DIR, base_model_key, default_cache_dir
 from fp8rl.tiny.train import StepHook, train
 
 __all__ = ["DEFAULT_STEP_S", "TinyBackend", "TinyCost"]
@@ -48,8 +48,10 @@ class TinyCost:
 
     @property
     def setup_done(self) -> bool:
+        """The base model is in the cache, or shipped with the repository (which
+        ``build_base_model`` loads before it would build)."""
         cache = Path(self.cache_dir) if self.cache_dir else default_cache_dir()
-        return (cache / self.setup_key / "config.json").is_file()
+        return any((d / self.setup_key / "config.json").is_file() for d in (cache, SHIPPED_DIR))
 
     @property
     def setup_s(self) -> float:
