@@ -42,7 +42,9 @@ SCALE_NOTES = {
     "(`fp8rl/shadow/*`, the clip-share figure). What it cannot: any accuracy difference "
     "between arms (one seed; 200 items give a standard error of about 3.5 points per arm; "
     "10 steps barely move the base), the entropy surge or garbling (the 50-step study shows "
-    "neither). No claim is decided here; the pre-registered study is "
+    "neither). Calibrated Clipping moves a bound only once 50 BF16 tail tokens have pooled "
+    "over its 5 steps, which 10 steps may not reach: where the bounds figure is flat, the CC "
+    "row equals the blockwise row. No claim is decided here; the pre-registered study is "
     "`make reproduce-table2 FULL=1`.",
     "medium": "**Size: medium** (one seed, 50 RL steps on the 600-step tiny-s base, eps 0.2; "
     "the default size before issue 28). One seed gives no intervals, so no claim is decided "
