@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from fp8rl.config import ClusterConfig, ConfigError, RunConfig, check_fields, num
+from fp8rl.config.run import MAX_STEPS
 from fp8rl.evaluation.settings import LmEvalSettings
 from fp8rl.experiments.live import LOGGERS
 
@@ -70,10 +71,12 @@ class ExperimentConfig(RunConfig):
     experiment_name: str = "default"
     runs_dir: str = "runs"
     cache_dir: str | None = None
-    threads: int = num(1, ge=1)
+    threads: int = num(1, ge=1, le=1024)  # torch threads of one run: more than any CPU's cores
     rerun_failed: bool = False
     rerun_damaged: bool = False
-    max_steps_this_call: int | None = num(None, ge=1, null="run to the last step")
+    max_steps_this_call: int | None = num(
+        None, ge=1, le=MAX_STEPS, null="run to the last step"
+    )  # no run has more steps than MAX_STEPS
     loggers: list[str] = field(default_factory=lambda: ["console"])
     export_hf: bool = False
     lm_eval: LmEvalSettings = field(default_factory=LmEvalSettings)

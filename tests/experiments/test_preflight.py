@@ -25,12 +25,17 @@ def tree(root: Path) -> list[str]:
         (["seed=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
         (["eval.limit=-5"], "eval.limit=-5 is out of range: need 1 <= x"),
         (["clipping.perod=5"], "Could not override 'clipping.perod'"),
-        (["algorithm.eps_high=5.0"], "keys: algorithm.eps_low, algorithm.eps_high"),
+        (["algorithm.eps_low=0.6"], "keys: algorithm.eps_low, algorithm.eps_high"),
+        (["algorithm.eps_high=5.0"], "algorithm.eps_high=5.0 is out of range: need 0.0 <= x"),
+        (["train.lr=nan"], "train.lr=nan is not a finite number: need 0.0 < x <= 1.0"),
+        (["rollout.temperature=-inf"], "rollout.temperature=-inf is not a finite number"),
+        (["lm_eval.temperature=inf"], "lm_eval.temperature=inf is not a finite number"),
+        (["cluster.gpu_memory_utilization=nan"], "cluster.gpu_memory_utilization=nan is not a"),
         (["seed=0,1"], "seed=0,1 lists several values: add -m to run them as a grid"),
         (
             ["-m", "seed=0,1", "steps=-1"],
             "2 of 2 grid points cannot run; nothing was started: steps=-1 is out of range: "
-            "need 1 <= x [all points]",
+            "need 1 <= x <= 100000 [all points]",
         ),
         (
             ["-m", "clipping.smoothing=0.5,1.5"],

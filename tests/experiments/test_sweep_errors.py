@@ -53,10 +53,16 @@ def sweep_here(
 @pytest.mark.parametrize(
     ("args", "expected", "here"),
     [
-        (["-m", "seed=0,1", "steps=-1"], "steps=-1 is out of range: need 1 <= x [all points]", 0),
+        (
+            ["-m", "seed=0,1", "steps=-1"],
+            "steps=-1 is out of range: need 1 <= x <= 100000 [all points]",
+            0,
+        ),
         (["runs_dir={afile}"], "runs_dir={afile} is a file: need a directory", 0),
         (["seed=abc"], "could not be converted to Integer", 1),
-        (["algorithm.eps_high=5.0"], "need L in [0.5, 0.99] and H in [1.01, 2.0]", 1),
+        (["algorithm.eps_low=0.6"], "need L in [0.5, 0.99] and H in [1.01, 2.0]", 1),
+        (["train.lr=nan"], "train.lr=nan is not a finite number: need 0.0 < x <= 1.0", 1),
+        (["--dry-run", "rollout.temperature=inf"], "rollout.temperature=inf is not a finite", 1),
         (["--status", "runs_dir={afile}"], "runs_dir={afile} is a file: need a directory", 1),
         (["--dry-run", "runs_dir={afile}/x"], "lies under a file", 1),
         (["--search", "nope.yaml"], "no such spec file: nope.yaml", 1),
