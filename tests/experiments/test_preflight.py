@@ -24,7 +24,15 @@ def tree(root: Path) -> list[str]:
         (["steps=-1"], "steps=-1 is out of range: need 1 <= x"),
         (["seed=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
         (["eval.limit=-5"], "eval.limit=-5 is out of range: need 1 <= x"),
-        (["clipping.perod=5"], "Could not override 'clipping.perod'"),
+        (["clipping.perod=5"], "unknown key 'clipping.perod' (did you mean 'clipping.period'?)"),
+        (["granulraity=rowwise"], "unknown key 'granulraity' (did you mean 'granularity'?)"),
+        (["+granulraity=rowwise"], "unknown key 'granulraity' (did you mean 'granularity'?)"),
+        (["train.lrr=1"], "unknown key 'train.lrr' (did you mean 'train.lr'?)"),
+        (
+            ["granularity=row_wise"],
+            "granularity=row_wise is not an option: choose one of bf16, blockwise, "
+            "fp8_rollout_only, rowwise, tensorwise (did you mean rowwise?)",
+        ),
         (["algorithm.eps_low=0.6"], "keys: algorithm.eps_low, algorithm.eps_high"),
         (["algorithm.eps_high=5.0"], "algorithm.eps_high=5.0 is out of range: need 0.0 <= x"),
         (["train.lr=nan"], "train.lr=nan is not a finite number: need 0.0 < x <= 1.0"),

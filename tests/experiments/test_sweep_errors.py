@@ -59,6 +59,17 @@ def sweep_here(
             0,
         ),
         (["runs_dir={afile}"], "runs_dir={afile} is a file: need a directory", 0),
+        (
+            ["--dry-run", "granulraity=rowwise"],
+            "sweep.py: config error: unknown key 'granulraity' (did you mean 'granularity'?)",
+            0,
+        ),
+        (
+            ["granularity=row_wise"],
+            "sweep.py: config error: granularity=row_wise is not an option: choose one of bf16, "
+            "blockwise, fp8_rollout_only, rowwise, tensorwise (did you mean rowwise?)",
+            0,
+        ),
         (["seed=abc"], "could not be converted to Integer", 1),
         (["algorithm.eps_low=0.6"], "need L in [0.5, 0.99] and H in [1.01, 2.0]", 1),
         (["train.lr=nan"], "train.lr=nan is not a finite number: need 0.0 < x <= 1.0", 1),
@@ -78,7 +89,7 @@ def test_a_user_error_is_one_line_and_writes_nothing(
     expected: str,
     here: int,
 ) -> None:
-    """Two cases as a real process; the rest through sweep.py's __main__ in this process."""
+    """Four cases as a real process; the rest through sweep.py's __main__ in this process."""
     runs = tmp_path / "runs"
     (runs / "test").mkdir(parents=True)
     (runs / "test" / "keep.txt").write_text("results someone cares about")
