@@ -39,6 +39,11 @@ def tree(root: Path) -> list[str]:
         (["rollout.temperature=-inf"], "rollout.temperature=-inf is not a finite number"),
         (["lm_eval.temperature=inf"], "lm_eval.temperature=inf is not a finite number"),
         (["cluster.gpu_memory_utilization=nan"], "cluster.gpu_memory_utilization=nan is not a"),
+        (
+            ["-m", "seed=0,1", "hydra.sweeper.progress_every_s=nan"],
+            "hydra.sweeper.progress_every_s=nan is not a finite number: need 0.0 < x <= 86400.0",
+        ),
+        (["steps=1000000000000"], "steps=1000000000000 is out of range: need 1 <= x <= 100000 ("),
         (["seed=0,1"], "seed=0,1 lists several values: add -m to run them as a grid"),
         (
             ["-m", "seed=0,1", "steps=-1"],

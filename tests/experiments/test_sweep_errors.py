@@ -74,6 +74,7 @@ def sweep_here(
         (["algorithm.eps_low=0.6"], "need L in [0.5, 0.99] and H in [1.01, 2.0]", 1),
         (["train.lr=nan"], "train.lr=nan is not a finite number: need 0.0 < x <= 1.0", 1),
         (["--dry-run", "rollout.temperature=inf"], "rollout.temperature=inf is not a finite", 1),
+        (["steps=1000000000000"], "steps=1000000000000 is out of range: need 1 <= x <= 100000", 1),
         (["--status", "runs_dir={afile}"], "runs_dir={afile} is a file: need a directory", 1),
         (["--dry-run", "runs_dir={afile}/x"], "lies under a file", 1),
         (["--search", "nope.yaml"], "no such spec file: nope.yaml", 1),
@@ -106,6 +107,22 @@ def test_a_user_error_is_one_line_and_writes_nothing(
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
     assert expected.format(afile=afile) in lines[0]
     assert tree(tmp_path) == before  # no run directory, no Hydra log folder
+
+
+def test_a_plan_over_a_day_is_warned_about_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A warning, not an error: one line on stderr before the plan; the dry run goes on."""
+    big = ["rollout.prompts_per_step=64", "rollout.n_samples=16", "steps=100000"]
+    runs = f"runs_dir={tmp_path / 'runs'}"
+    out = sweep_here(monkeypatch, capfd, "--dry-run", "+experiment=test", *big, runs)
+    assert out.returncode == 0, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("sweep.py: warning: this plan is estimated at about ")
+    assert "1 grid points (1 start)" in out.stdout
+    short = sweep_here(monkeypatch, capfd, "--dry-run", "+experiment=test", runs)
+    assert short.returncode == 0 and short.stderr == ""
+    assert not (tmp_path / "runs").exists()
 
 
 def test_debug_shows_the_traceback(
