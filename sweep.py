@@ -156,6 +156,12 @@ def fail(kind: str, exc: BaseException, debug: bool) -> int:
     return 2
 
 
+def warn(warnings: list[str]) -> None:
+    """The pre-run check's warnings, one line each on stderr (they never stop a run)."""
+    for line in warnings:
+        print(f"sweep.py: warning: {line}", file=sys.stderr)
+
+
 def offline(flag: str, overrides: list[str], debug: bool = False) -> int:
     """``--status`` / ``--dry-run``: compose, plan, print; run nothing (a ``-m`` is optional:
     the overrides' grid is shown either way)."""
@@ -169,6 +175,7 @@ def offline(flag: str, overrides: list[str], debug: bool = False) -> int:
     primary, plan = checked.primary, checked.plan
     workers = launcher_workers(primary)
     if flag == "--dry-run":
+        warn(checked.warnings)
         console.print(plan_table(plan, workers=workers))
         try:
             details = launch_details(plan)  # a cluster backend's commands, as they are
@@ -312,7 +319,7 @@ if __name__ == "__main__":
         # The whole grid composes and validates, and runs_dir is writable, before Hydra
         # creates its log folder or any run starts.
         try:
-            preflight(list(args.rest))
+            warn(preflight(list(args.rest)).warnings)
         except ConfigError as exc:
             sys.exit(fail("config", exc, args.debug))
     if args.debug:

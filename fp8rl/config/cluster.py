@@ -43,11 +43,12 @@ class ClusterConfig:
         harness sets is refused: the run id would not see the change.
     """
 
-    nnodes: int = num(1, ge=1)
-    gpus_per_node: int = num(8, ge=1)
-    rollout_tp: int = num(1, ge=1)
+    nnodes: int = num(1, ge=1, le=1024)  # the paper's largest run: 4 nodes
+    gpus_per_node: int = num(8, ge=1, le=64)  # a node holds 8 (or 16) GPUs
+    rollout_tp: int = num(1, ge=1, le=64)  # also divides gpus_per_node (checked below)
     gpu_memory_utilization: float = num(0.6, gt=0.0, le=1.0)
-    max_token_len_per_gpu: int = num(32768, ge=1)
+    # tokens of one micro-batch on one GPU: 4M is past any GPU's memory at these model sizes
+    max_token_len_per_gpu: int = num(32768, ge=1, le=4_194_304)
     model_path: str | None = None
     data_dir: str = "data/benchmarks"
     ray_address: str | None = None

@@ -2,13 +2,19 @@
 :func:`choice` (a closed set) and :func:`check_fields` (the one check that reads them).
 
 Every numeric field of the run config is declared with :func:`num` and every closed set
-with :func:`choice`; a test walks the schema and fails on a numeric leaf without a range.
-Messages name the config key (``algorithm.eps_low``), the value and the requirement.
+with :func:`choice`; a test walks the schema and fails on a numeric leaf without a range,
+or without an upper bound unless it is on the test's justified list (seeds). A number must
+be finite (NaN and +-inf are refused) unless its declaration says ``finite=False``; NaN is
+never inside a range. ``sizes_compute=True`` marks a count whose upper bound is a cap on a
+run's compute: the experiment system's pre-run check refuses a value above it with the cost
+model's estimate (``fp8rl.experiments.grid``). Messages name the config key
+(``algorithm.eps_low``), the value and the requirement.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +35,9 @@ class Range:
     lt: float | None = None
 
     def contains(self, value: float) -> bool:
+        """Whether ``value`` is inside (NaN never is: every comparison with it is false)."""
+        if value != value:  # NaN
+            return False
         return not (
             (self.ge is not None and value < self.ge)
             or (self.gt is not None and value <= self.gt)
@@ -62,10 +71,16 @@ def num(
     le: float | None = None,
     lt: float | None = None,
     null: str | None = None,
+    finite: bool = True,
+    sizes_compute: bool = False,
 ) -> Any:
     """A numeric field with its accepted range; ``null`` says what None stands for (None
-    is refused when it is not given)."""
-    return field(default=default, metadata={"range": Range(ge, gt, le, lt), "null": null})
+    is refused when it is not given). ``finite=False`` lets ``+-inf`` through (inside the
+    range); ``sizes_compute``: the upper bound caps a run's compute (see the module)."""
+    meta = {"range": Range(ge, gt, le, lt), "null": null, "finite": finite}
+    if sizes_compute:
+        meta["sizes_compute"] = True
+    return field(default=default, metadata=meta)
 
 
 def num_list(
@@ -75,9 +90,9 @@ def num_list(
     le: float | None = None,
     null: str | None = None,
 ) -> Any:
-    """A list of numbers, each in the range; ``null`` says what None means (None not allowed
-    without it)."""
-    meta = {"range": Range(ge=ge, le=le), "list": True, "null": null}
+    """A list of numbers, each in the range and finite; ``null`` says what None means (None
+    not allowed without it)."""
+    meta = {"range": Range(ge=ge, le=le), "list": True, "null": null, "finite": True}
     if default is None:
         return field(default=None, metadata=meta)
     return field(default_factory=lambda: list(default), metadata=meta)
@@ -113,5 +128,8 @@ def check_fields(obj: object, prefix: str = "") -> None:
             if isinstance(item, bool) or not isinstance(item, int if integer else int | float):
                 kind = "an integer" if integer else "a number"
                 raise ConfigError(f"{key}={value!r} must be {kind}")
+            finite = not isinstance(item, float) or math.isfinite(item)  # an int always is
+            if meta.get("finite", True) and not finite:
+                raise ConfigError(f"{key}={value!r} is not a finite number: {rng.describe()}")
             if not rng.contains(item):
                 raise ConfigError(f"{key}={value!r} is out of range: {rng.describe()}")

@@ -66,6 +66,25 @@ EVAL_PRECISIONS = ("rollout", "training")
 TASKS = ("train", "noise_probe")
 BACKENDS = ("tiny", "verl")
 
+# Upper bounds. Every numeric key has one (or is a seed: any non-negative integer is a seed),
+# stated at its declaration with why; they are generous, there to refuse a typo or a
+# runaway value (1e12, inf) before it runs, not to steer a study. Shared limits:
+#: The hard cap on a run's steps (RL and SFT; ``sizes_compute``): about three days of the
+#: default tiny-s run (2.4 s a step), years on a verl cluster; the longest preset here is
+#: 500 steps (scale/verl_none.yaml). Every "every N steps" setting shares it: a period
+#: longer than the longest run never comes.
+MAX_STEPS = 100_000
+#: Responses, prompts or items in one batch: 2**16, past what any rollout batch here holds
+#: (the verl DAPO preset: 512 prompts x 16 samples).
+MAX_BATCH = 65_536
+#: Generated tokens of one response: 256K, past any context of the models here (Qwen3's
+#: 128K with YaRN; the paper's DAPO responses are 20K).
+MAX_NEW_TOKENS = 262_144
+#: Sampling temperature: the softmax is near uniform long before 10.
+MAX_TEMPERATURE = 10.0
+#: Task difficulty levels (the tiny tasks have 1-3; the backend checks its own set).
+MAX_DIFFICULTY = 100
+
 
 @dataclass
 class GranularityConfig:
@@ -92,7 +111,8 @@ class GranularityConfig:
     training: str = choice("bf16", TRAIN_RECIPES)
     rollout: str | None = choice(None, ROLLOUT_WEIGHT_SCALES, null="BF16 rollout")
     rollout_activation: str | None = choice(None, ROLLOUT_ACT_SCALES, null="follow the weights")
-    block_size: int | None = num(None, ge=1, null="the backend's default for the model")
+    # a block wider than every layer here (Qwen2.5-32B's widest is 27,648) cannot fit one
+    block_size: int | None = num(None, ge=1, le=65_536, null="the backend's default for the model")
     lm_head: bool = False
     bf16_compute: str = choice("emulated", BF16_COMPUTE)
 
@@ -134,14 +154,18 @@ class AlgorithmConfig:
 
     name: str = choice("grpo", ALGORITHMS)
     eps_low: float = num(0.2, ge=0.0, lt=1.0)
-    eps_high: float = num(0.2, ge=0.0)
-    clip_ratio_c: float = num(3.0, gt=1.0)
+    # 1 + eps_high is the initial upper bound, which Calibrated Clipping's hard limit caps
+    eps_high: float = num(0.2, ge=0.0, le=CalibratorConfig.high_max - 1.0)
+    clip_ratio_c: float = num(3.0, gt=1.0, le=100.0)  # verl: 3; beyond 100 never dual-clips
     loss_agg_mode: str = choice("token-mean", LOSS_AGG_MODES)
     dynamic_sampling: bool = False
-    max_sample_rounds: int = num(3, ge=1)
-    overlong_buffer_len: int | None = num(0, ge=0, null="a quarter of rollout.max_new_tokens")
-    overlong_penalty_factor: float = num(1.0, ge=0.0)
-    kl_coef: float = num(0.0, ge=0.0)
+    max_sample_rounds: int = num(3, ge=1, le=100)  # each round is another rollout batch
+    overlong_buffer_len: int | None = num(  # also <= rollout.max_new_tokens (checked below)
+        0, ge=0, le=MAX_NEW_TOKENS, null="a quarter of rollout.max_new_tokens"
+    )
+    # DAPO: 1 (the reward's scale); a penalty 100 times the reward swamps it
+    overlong_penalty_factor: float = num(1.0, ge=0.0, le=100.0)
+    kl_coef: float = num(0.0, ge=0.0, le=100.0)  # GRPO: 1e-3; 100 leaves only the KL term
     kl_type: str = choice("low_var_kl", KL_TYPES)
     ref_recipe: str | None = choice(None, TRAIN_RECIPES, null="the training recipe")
 
@@ -154,16 +178,17 @@ class SFTSettings:
     """The SFT warm start of a tiny base model (``fp8rl.tiny.sft.SFTConfig``, same names)."""
 
     seed: int = num(0, ge=0)
-    steps: int = num(600, ge=1)
-    batch_size: int = num(64, ge=1)
-    lr: float = num(2e-3, gt=0.0, lt=1.0)
+    steps: int = num(600, ge=1, le=MAX_STEPS, sizes_compute=True)
+    batch_size: int = num(64, ge=1, le=MAX_BATCH, sizes_compute=True)
+    lr: float = num(2e-3, gt=0.0, lt=1.0)  # the SFT trainer's own limit (Adam at 1 diverges)
     min_lr_ratio: float = num(0.1, ge=0.0, le=1.0)  # cosine decay to lr * min_lr_ratio
-    warmup_steps: int = num(100, ge=0)
-    weight_decay: float = num(0.01, ge=0.0)
-    grad_clip: float = num(1.0, gt=0.0)
-    pool_size: int = num(20_000, ge=1)  # problems in the SFT pool (the training mix)
-    difficulties: list[int] = num_list([1, 2, 3], ge=1)  # noqa: RUF009 (a field())
-    eval_limit: int | None = num(None, ge=1, null="every held-out item")
+    warmup_steps: int = num(100, ge=0, le=MAX_STEPS)
+    weight_decay: float = num(0.01, ge=0.0, le=10.0)  # AdamW's; 10 x lr shrinks every step
+    grad_clip: float = num(1.0, gt=0.0, le=1e6)  # a max norm of 1e6 never clips: "off"
+    # problems in the SFT pool (the training mix); generated up front, so memory-bound
+    pool_size: int = num(20_000, ge=1, le=10_000_000)
+    difficulties: list[int] = num_list([1, 2, 3], ge=1, le=MAX_DIFFICULTY)  # noqa: RUF009 (a field())
+    eval_limit: int | None = num(None, ge=1, le=1_000_000, null="every held-out item")
 
     def __post_init__(self) -> None:
         check_fields(self, "model.sft")
@@ -200,16 +225,26 @@ class ClippingConfig:
 
     loss: str = choice("calibrated_clip", tuple(POLICY_LOSSES))
     mode: str = choice("standard", CLIPPING_MODES)
-    period: int = num(CalibratorConfig.period, ge=1)
+    period: int = num(CalibratorConfig.period, ge=1, le=MAX_STEPS)
     smoothing: float = num(CalibratorConfig.smoothing, ge=0.0, lt=1.0)
     init_low: float | None = num(None, gt=0.0, lt=1.0, null="1 - algorithm.eps_low")
-    init_high: float | None = num(None, gt=1.0, null="1 + algorithm.eps_high")
+    # the calibrator's hard limit on the upper bound (fp8rl.rl.CalibratorConfig.high_max)
+    init_high: float | None = num(
+        None, gt=1.0, le=CalibratorConfig.high_max, null="1 + algorithm.eps_high"
+    )
     upper_rule: str = choice(CalibratorConfig.upper_rule, UPPER_RULES)
     lower_only: bool = CalibratorConfig.lower_only
     calibrate_at_start: bool = CalibratorConfig.calibrate_at_start
-    max_step: float | None = num(CalibratorConfig.max_step, gt=0.0, null="no cap")
+    # the bounds live between the calibrator's hard limits: a larger move caps nothing
+    max_step: float | None = num(
+        CalibratorConfig.max_step,
+        gt=0.0,
+        le=CalibratorConfig.high_max - CalibratorConfig.low_min,
+        null="no cap",
+    )
     pool: str = choice(CalibratorConfig.pool, POOL_MODES)
-    min_tail_tokens: int = num(CalibratorConfig.min_tail_tokens, ge=0)
+    # tokens pooled over a period: 1e9 is more than any period's batches generate
+    min_tail_tokens: int = num(CalibratorConfig.min_tail_tokens, ge=0, le=1_000_000_000)
 
     def __post_init__(self) -> None:
         check_fields(self, "clipping")
@@ -230,11 +265,11 @@ class RolloutConfig:
     """The rollout batch of one RL step. difficulties: the task difficulties of the RL
     training prompts (drawn uniformly; the tiny backend's levels 1-3)."""
 
-    prompts_per_step: int = num(16, ge=1)
-    n_samples: int = num(8, ge=1)
-    max_new_tokens: int = num(64, ge=1)
-    temperature: float = num(1.0, gt=0.0)
-    difficulties: list[int] = num_list([1, 2, 3], ge=1)  # noqa: RUF009 (a field())
+    prompts_per_step: int = num(16, ge=1, le=MAX_BATCH, sizes_compute=True)
+    n_samples: int = num(8, ge=1, le=1024, sizes_compute=True)  # GRPO's group: 8-16
+    max_new_tokens: int = num(64, ge=1, le=MAX_NEW_TOKENS, sizes_compute=True)
+    temperature: float = num(1.0, gt=0.0, le=MAX_TEMPERATURE)
+    difficulties: list[int] = num_list([1, 2, 3], ge=1, le=MAX_DIFFICULTY)  # noqa: RUF009 (a field())
 
     def __post_init__(self) -> None:
         check_fields(self, "rollout")
@@ -263,20 +298,20 @@ class TrainSettings:
         steps), logging what BF16 and the training precision clip (``fp8rl/shadow/*``).
     """
 
-    lr: float = num(1e-5, gt=0.0)
-    weight_decay: float = num(0.01, ge=0.0)
-    grad_clip: float = num(1.0, gt=0.0)
-    ppo_epochs: int = num(1, ge=1)
-    ppo_mini_batches: int = num(4, ge=1)
+    lr: float = num(1e-5, gt=0.0, le=1.0)  # RL fine-tuning: 1e-6; Adam at lr 1 diverges
+    weight_decay: float = num(0.01, ge=0.0, le=10.0)  # AdamW's; 10 x lr shrinks every step
+    grad_clip: float = num(1.0, gt=0.0, le=1e6)  # a max norm of 1e6 never clips: "off"
+    ppo_epochs: int = num(1, ge=1, le=100)  # passes over one batch; PPO uses 1-4
+    ppo_mini_batches: int = num(4, ge=1, le=MAX_BATCH)  # also <= the batch (checked below)
     old_logprob_source: str = choice("trainer", OLD_LOGPROB_SOURCES)
     tis: bool | None = None
-    tis_threshold: float = num(2.0, gt=0.0)
-    checkpoint_every: int = num(5, ge=0)
-    keep_checkpoints: int = num(2, ge=1)
-    probe_size: int = num(8, ge=0)
-    dump_samples_every: int = num(0, ge=0)
-    dump_samples: int = num(4, ge=1)
-    shadow_every: int = num(0, ge=0)
+    tis_threshold: float = num(2.0, gt=0.0, le=1000.0)  # C (paper: 2); 1000 truncates nothing
+    checkpoint_every: int = num(5, ge=0, le=MAX_STEPS)
+    keep_checkpoints: int = num(2, ge=1, le=10_000)  # each one a full model + optimizer on disk
+    probe_size: int = num(8, ge=0, le=MAX_BATCH)
+    dump_samples_every: int = num(0, ge=0, le=MAX_STEPS)
+    dump_samples: int = num(4, ge=1, le=MAX_BATCH)
+    shadow_every: int = num(0, ge=0, le=MAX_STEPS)
 
     def __post_init__(self) -> None:
         check_fields(self, "train")
@@ -294,18 +329,21 @@ class EvalSettings:
     every family of the backend).
     """
 
-    every: int = num(0, ge=0)
+    every: int = num(0, ge=0, le=MAX_STEPS)
     precision: str = choice("rollout", EVAL_PRECISIONS)
-    k: int = num(1, ge=1)
+    k: int = num(1, ge=1, le=1024, sizes_compute=True)  # samples per item (avg@32 is the paper's)
     greedy: bool = True
-    temperature: float = num(1.0, gt=0.0)
+    temperature: float = num(1.0, gt=0.0, le=MAX_TEMPERATURE)
     top_p: float = num(1.0, gt=0.0, le=1.0)
-    max_new_tokens: int = num(80, ge=1)
-    limit: int | None = num(8, ge=1, null="every held-out item")
-    batch_size: int = num(256, ge=1)
+    max_new_tokens: int = num(80, ge=1, le=MAX_NEW_TOKENS, sizes_compute=True)
+    # items per family: a million is more than any benchmark here holds (MATH: 12,500)
+    limit: int | None = num(8, ge=1, le=1_000_000, null="every held-out item", sizes_compute=True)
+    batch_size: int = num(256, ge=1, le=MAX_BATCH)
     seed: int = num(0, ge=0)
     families: list[str] | None = None
-    difficulties: list[int] | None = num_list(None, ge=1, null="rollout.difficulties")  # noqa: RUF009
+    difficulties: list[int] | None = num_list(  # noqa: RUF009 (a field())
+        None, ge=1, le=MAX_DIFFICULTY, null="rollout.difficulties"
+    )
 
     def __post_init__(self) -> None:
         check_fields(self, "eval")
@@ -327,9 +365,9 @@ class RunConfig:
     """
 
     task: str = choice("train", TASKS)
-    probe_rounds: int = num(4, ge=1)
+    probe_rounds: int = num(4, ge=1, le=10_000, sizes_compute=True)  # each a rollout batch
     seed: int = num(0, ge=0)
-    steps: int = num(60, ge=1)
+    steps: int = num(60, ge=1, le=MAX_STEPS, sizes_compute=True)
     granularity: GranularityConfig = field(default_factory=GranularityConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     model: ModelConfig = field(default_factory=ModelConfig)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fp8rl.config.fields import ConfigError, check_fields, choice, num
+from fp8rl.config.run import MAX_BATCH, MAX_NEW_TOKENS, MAX_TEMPERATURE
 from fp8rl.evaluation.benchmarks import BENCHMARKS, TINY_BENCHMARKS
 
 __all__ = ["DTYPES", "ENGINES", "QUANTIZATIONS", "STEPS", "LmEvalSettings"]
@@ -50,21 +51,23 @@ class LmEvalSettings:
 
     engine: str = choice("hf", ENGINES)
     benchmarks: list[str] | None = None
-    k: int = num(1, ge=1)
+    k: int = num(1, ge=1, le=1024)  # samples per problem (avg@32 is the paper's)
     greedy: bool = True
-    temperature: float = num(1.0, gt=0.0)
+    temperature: float = num(1.0, gt=0.0, le=MAX_TEMPERATURE)
     top_p: float = num(1.0, gt=0.0, le=1.0)
     max_gen_toks: int | None = num(
-        None, ge=1, null="a tiny run's eval.max_new_tokens, else the task's"
+        None, ge=1, le=MAX_NEW_TOKENS, null="a tiny run's eval.max_new_tokens, else the task's"
     )
-    limit: int | None = num(None, ge=1, null="every problem")
+    # problems per benchmark: a million is more than any benchmark here holds
+    limit: int | None = num(None, ge=1, le=1_000_000, null="every problem")
     dtype: str = choice("bfloat16", DTYPES)
     quantization: str | None = choice(None, QUANTIZATIONS, null="no quantisation")
-    batch_size: int = num(64, ge=1)
+    batch_size: int = num(64, ge=1, le=MAX_BATCH)
     device: str = "cpu"
-    tensor_parallel_size: int = num(1, ge=1)
+    tensor_parallel_size: int = num(1, ge=1, le=64)  # GPUs of one vLLM engine (8 a node)
     gpu_memory_utilization: float = num(0.85, gt=0.0, le=1.0)
-    max_model_len: int | None = num(None, ge=1, null="the model's")
+    # tokens of prompt and answer: 1M is past any context of the models here
+    max_model_len: int | None = num(None, ge=1, le=1_048_576, null="the model's")
     seed: int = num(0, ge=0)
     steps: str = choice("all", STEPS)
     data_root: str | None = None

@@ -10,24 +10,42 @@ parser and crossed by :func:`grid_points` (``BasicSweeper.split_arguments``'s pr
 written on Hydra's public ``Override`` API). ``sweep.py --dry-run``/``--status``, tests and
 searches use these; a running grid uses the same expansion inside
 :class:`~fp8rl.experiments.sweeper.GridSweeper`.
+
+Errors a person can act on (:meth:`Composer.explain`): an unknown key is named with the
+nearest keys and config groups that exist (``unknown key 'granulraity' (did you mean
+'granularity'?)``; never Hydra's advice to add it with ``+``, which the closed schema would
+refuse), an unknown group option with the group's options as a plain list and the nearest
+one, a group that no defaults list selects with the ``+group=option`` that adds it.
 """
 
 from __future__ import annotations
 
+import difflib
 import itertools
+import re
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
-from hydra.errors import HydraException
+from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from fp8rl.config import RunConfig
 from fp8rl.experiments.backends import resolve_run
-from fp8rl.experiments.schema import ConfigError, register_configs
+from fp8rl.experiments.schema import (
+    ConfigError,
+    ExperimentConfig,
+    key_tree,
+    register_configs,
+    unknown_key_message,
+    unknown_keys,
+)
 
 __all__ = [
     "CONF_DIR",
@@ -48,6 +66,8 @@ REPO = Path(__file__).resolve().parents[2]
 #: The config tree and the second config root (grids: ``sweeps/sweep/<name>.yaml``).
 CONF_DIR = REPO / "experiments" / "conf"
 SWEEPS_DIR = REPO / "sweeps"
+#: The config group of the second root (``+sweep=<name>``: ``sweeps/sweep/<name>.yaml``).
+SWEEP_GROUP = "sweep"
 
 
 def repo_path(relative: str = "") -> str:
@@ -85,13 +105,15 @@ class Composer:
             cfgs = [compose(["granularity=rowwise", f"seed={s}"]) for s in range(3)]
 
     Outside the ``with`` block it cannot compose. Raises :class:`ConfigError` on an
-    unknown key, a wrong type or value, a missing group option, or a sweep (``a=1,2``)
-    given where one value is needed, with Hydra's explanation.
+    unknown key (also one added with ``+``), a wrong type or value, a missing group
+    option, or a sweep (``a=1,2``) given where one value is needed: :meth:`explain`'s
+    message where it has one, else Hydra's explanation.
     """
 
     def __enter__(self) -> Composer:
         register_configs()
         self._hydra = initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3")
+        self._names: dict[str, Any] | None = None
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -105,13 +127,95 @@ class Composer:
         return_hydra_config: bool = False,
     ) -> DictConfig:
         try:
-            return hydra_compose(
+            cfg = hydra_compose(
                 config_name,
                 overrides=list(overrides),
                 return_hydra_config=return_hydra_config,
             )
         except (HydraException, OmegaConfBaseException) as exc:
-            raise ConfigError(error_message(exc)) from None
+            raise ConfigError(self.explain(exc, overrides) or error_message(exc)) from None
+        schema = OmegaConf.get_type(cfg)
+        if isinstance(schema, type) and issubclass(schema, ExperimentConfig):
+            unknown = unknown_keys(cfg)  # added with + or ++, past Hydra's struct check
+            if unknown:
+                raise ConfigError(unknown_key_message(unknown, self.names()))
+        return cfg
+
+    def names(self) -> dict[str, Any]:
+        """What a command line can name, as a key tree (``fp8rl.experiments.schema.key_tree``):
+        the schema's keys, the ``hydra`` node's (as the tree composes it), and the config
+        groups, spelt ``+group`` where no defaults list selects them (``+experiment``)."""
+        if self._names is None:
+            tree: dict[str, Any] = key_tree()
+            selected: set[str] | None = None
+            try:
+                base = hydra_compose("config", return_hydra_config=True)
+                tree["hydra"] = _tree_of(OmegaConf.to_container(base.hydra, resolve=False))
+                selected = {str(g) for g in base.hydra.runtime.choices}
+            except (HydraException, OmegaConfBaseException):
+                pass  # a broken tree: the schema's keys alone
+            groups = [*GlobalHydra.instance().config_loader().list_groups(""), SWEEP_GROUP]
+            for group in groups:
+                if group not in tree:
+                    tree[group if selected is None or group in selected else f"+{group}"] = None
+            self._names = tree
+        return self._names
+
+    def explain(self, exc: BaseException, overrides: Sequence[str] = ()) -> str | None:
+        """One line a person can act on for a composition error, or None (then Hydra's own
+        message stands): an unknown key with the nearest names, an unknown group option
+        with the options, a group to add with ``+``."""
+        text = str(exc)
+        if isinstance(exc, MissingConfigException) and exc.options and exc.missing_cfg_file:
+            group, _, name = exc.missing_cfg_file.rpartition("/")
+            if group:
+                return _not_an_option(group, name, list(exc.options), overrides, text)
+        cause = exc.__cause__
+        key = getattr(cause, "full_key", None)
+        if isinstance(cause, ConfigAttributeError | ConfigKeyError) and key:
+            if re.match(r"Key '[^']*' not in ", str(cause)):
+                # the key as typed (``trian.lr``, not the first missing part, ``trian``)
+                typed = [k for k in map(_override_key, overrides) if f"{k}.".startswith(f"{key}.")]
+                return unknown_key_message([typed[0] if typed else key], self.names())
+        found = re.match(r"In '([^']+)': ConfigKeyError raised while composing config:\n"
+                         r"Key '[^']*' not in '[^']*'\n\s*full_key: (\S+)", text)  # fmt: skip
+        if found:  # a misspelt key in a preset file
+            return f"{found[1]}.yaml: {unknown_key_message([found[2]], self.names())}"
+        add = re.search(r"No match in the defaults list\.\s*To append to your default list use "
+                        r"\+(([^=\s]+)=\S*)", text)  # fmt: skip
+        if add:  # the one place where adding with + is right
+            return (
+                f"{add[1]}: {add[2]} is a config group that no defaults list selects: add it "
+                f"with +{add[1]}"
+            )
+        return None
+
+
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _tree_of(node: Any) -> Any:
+    """A plain container as a key tree (a dict per mapping, None per leaf)."""
+    if isinstance(node, dict):
+        return {str(k): _tree_of(v) for k, v in node.items()}
+    return None
+
+
+def _not_an_option(
+    group: str, name: str, options: list[str], overrides: Sequence[str], text: str
+) -> str:
+    """``granularity=row_wise is not an option: choose one of bf16, ... (did you mean
+    rowwise?)``; where no override names the group, the file that selected it."""
+    near = difflib.get_close_matches(name, options, 1, 0.6)
+    named = any(_override_key(o) == group for o in overrides)
+    origin = re.match(r"In '([^']+)'", text)
+    where = ""
+    if not named and origin and origin[1] not in ("config", "hydra/config"):
+        where = f" (selected in {origin[1]}.yaml)"
+    return f"{group}={name}{where} is not an option: choose one of {', '.join(options)}" + (
+        f" (did you mean {near[0]}?)" if near else ""
+    )
 
 
 def compose(

@@ -24,19 +24,27 @@ One cost for the dry run and the status: :func:`plan_resolved` gives a point's r
 cost from what the store says (``sweep.py --dry-run`` through :func:`plan_grid`,
 ``--status`` through :meth:`GridPlan.now`, which plans the same points again against the
 store as it is then), and :func:`eta_s` divides a total over the workers for both.
+
+Sizes. A key declared ``sizes_compute`` (``steps``, ``model.sft.steps``, the rollout and
+evaluation sizes: ``fp8rl.config.fields``) above its upper bound is refused by
+:func:`plan_point` with the cost model's estimate of the run as asked
+(:func:`compute_cap_error`); below the caps, a plan whose wall-time estimate exceeds
+:data:`LONG_PLAN_S` (a day) is warned about (:meth:`GridPlan.warnings`; ``sweep.py`` prints
+it before anything starts). The warning never stops a plan.
 """
 
 from __future__ import annotations
 
+import copy
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from fp8rl.config import RunConfig
+from fp8rl.config import Range, RunConfig, leaf_fields
 from fp8rl.experiments.backends import ResolvedRun, RunCost, get_backend, resolve_run
 from fp8rl.experiments.dispatch import resume_threads_problem, run_threads
 from fp8rl.experiments.schema import ConfigError, ExperimentConfig
@@ -53,10 +61,13 @@ from fp8rl.runs.jsonl import read_step_log
 
 __all__ = [
     "COSTED_ACTIONS",
+    "LONG_PLAN_S",
     "CostModel",
     "GridPlan",
     "GridPoint",
+    "about",
     "busy_workers",
+    "compute_cap_error",
     "eta_s",
     "plan_grid",
     "plan_point",
@@ -68,6 +79,10 @@ __all__ = [
 
 #: Actions whose run has compute left: the ones a point's estimate counts.
 COSTED_ACTIONS = ("start", "resume", "retry", "running", "repair", "rerun")
+#: A plan estimated at more wall time than this (one day) gets a warning before it starts:
+#: longer than anyone waits for a run they did not mean to be long (the tiny studies take
+#: hours; a verl study, planned on purpose, days).
+LONG_PLAN_S = 86_400.0
 
 
 def _cost_key(resolved: RunConfig, threads: int | None) -> tuple | None:
@@ -249,6 +264,21 @@ class GridPlan:
         speed = (costs or next(iter(models.values()), CostModel())).speed
         return GridPlan(points, self.varying, setup_s(points) * speed)
 
+    def warnings(self, workers: int = 1) -> list[str]:
+        """What a person should see before the plan starts (empty for most plans): an
+        estimate over :data:`LONG_PLAN_S` of wall time with ``workers``."""
+        eta = self.eta_s(workers)
+        if eta <= LONG_PLAN_S:
+            return []
+        busy = busy_workers([p.est_s for p in self.points], workers)
+        return [
+            f"this plan is estimated at {about(eta)} of wall time with {busy} worker(s) "
+            f"({about(self.total_s)} of compute), more than {LONG_PLAN_S / 3600:g} h: check "
+            "steps and the rollout and eval sizes (sweep.py "
+            "--dry-run lists each run's cost), or run it in pieces with "
+            "max_steps_this_call=N (a re-run resumes)"
+        ]
+
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for p in self.points:
@@ -292,9 +322,88 @@ def plan_point(
     costs: CostModel | None = None,
     store: RunStore | None = None,
 ) -> GridPoint:
-    """Plan one composed config (validates it: raises ConfigError)."""
+    """Plan one composed config (validates it: raises ConfigError; a size over its cap is
+    refused with the run's estimated cost, :func:`compute_cap_error`)."""
+    capped = compute_cap_error(cfg, costs or CostModel())
+    if capped is not None:
+        raise capped
     return plan_resolved(
         resolve_run(cfg), index=index, overrides=overrides, costs=costs, store=store
+    )
+
+
+def _compute_caps() -> dict[str, Range]:
+    """The keys declared ``sizes_compute`` with their ranges (the upper bound is the cap)."""
+    return {
+        key: f.metadata["range"]
+        for key, f in leaf_fields(ExperimentConfig).items()
+        if f.metadata.get("sizes_compute")
+    }
+
+
+def about(seconds: float) -> str:
+    """A duration for a person: ``about 40 min``, ``about 5.2 h``, ``about 3.1 days``,
+    ``about 76,104 years``."""
+    if seconds < 3600:
+        return f"about {max(1, round(seconds / 60))} min"
+    if seconds < 2 * 86_400:
+        return f"about {seconds / 3600:.1f} h"
+    if seconds < 2 * 365 * 86_400:
+        return f"about {seconds / 86_400:.1f} days"
+    return f"about {seconds / (365 * 86_400):,.0f} years"
+
+
+def _set_unchecked(cfg: object, key: str, value: object) -> None:
+    *path, leaf = key.split(".")
+    for part in path:
+        cfg = getattr(cfg, part)
+    setattr(cfg, leaf, value)
+
+
+def compute_cap_error(cfg: DictConfig, costs: CostModel) -> ConfigError | None:
+    """A ConfigError for a composed config whose ``sizes_compute`` keys exceed their caps,
+    naming each key, its range and the cost model's estimate of the run as asked; None
+    when every size is within its cap (or the config has another problem, which the
+    schema's own check then names).
+
+    The estimate: the config with each size at its cap is resolved (every other check
+    applies), then the sizes asked for are put back, past the checks, into a copy that
+    only the backend's cost model reads."""
+    caps = _compute_caps()
+    over = {}
+    for key, rng in caps.items():
+        value = OmegaConf.select(cfg, key, default=None)
+        is_int = isinstance(value, int) and not isinstance(value, bool)
+        if is_int and rng.le is not None and value > rng.le:
+            over[key] = (value, rng)
+    if not over:
+        return None
+    capped = copy.deepcopy(cfg)
+    for key, (_, rng) in over.items():
+        OmegaConf.update(capped, key, int(rng.le))  # type: ignore[arg-type]
+    try:
+        resolved = resolve_run(capped)
+    except ConfigError:
+        return None
+    asked = copy.deepcopy(resolved.config)
+    for key, (value, _) in over.items():
+        _set_unchecked(asked, key, value)  # read by the cost model only, never run
+    exp = resolved.experiment
+    cost = resolved.backend.cost(asked, exp.cache_dir, cluster=exp.cluster)
+    step_s, _ = costs.step_seconds(asked, exp.threads, cost)
+    train = asked.task == "train"
+    setup = 0.0 if cost.setup_done else cost.setup_s
+    total = cost.run_s(step_s, asked.steps if train else 0) + setup
+    what = f"{step_s:.2f} s a step x {asked.steps:,} steps" if train else asked.task
+    if setup:
+        what += f", {about(setup)} of one-time set-up"
+    sizes = "; ".join(
+        f"{key}={value} is out of range: {rng.describe()}" for key, (value, rng) in over.items()
+    )
+    return ConfigError(
+        f"{sizes} (a cap on compute: the cost model puts this run at {about(total)} of "
+        f"compute, {what}); lower {' and '.join(over)}, or split the work into runs "
+        "within the cap"
     )
 
 

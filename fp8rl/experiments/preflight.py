@@ -1,5 +1,6 @@
 """Everything ``sweep.py`` can check before Hydra starts: the whole grid composes and
-validates, and every ``runs_dir`` it would write to is a directory it can write.
+validates, and every ``runs_dir`` it would write to is a directory it can write; and what
+it should warn about (:attr:`Preflight.warnings`: a plan estimated at over a day).
 
 :func:`preflight` composes the command's overrides exactly as the run would (a ``-m`` grid
 or a preset that sets ``hydra.mode: MULTIRUN`` is expanded; a single run must not contain
@@ -22,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from fp8rl.experiments.compose import Composer, compose_grid, fixed_overrides
 from fp8rl.experiments.grid import GridPlan, grid_error, one_line, plan_grid
 from fp8rl.experiments.schema import ConfigError
+from fp8rl.experiments.sweeper import check_sweeper, launcher_workers
 
 __all__ = ["MULTIRUN_FLAGS", "Preflight", "check_launches", "check_runs_dir", "preflight"]
 
@@ -36,6 +38,17 @@ class Preflight:
     primary: DictConfig
     plan: GridPlan
     multirun: bool
+
+    @property
+    def workers(self) -> int:
+        """Jobs the configured launcher runs at once."""
+        return launcher_workers(self.primary)
+
+    @property
+    def warnings(self) -> list[str]:
+        """One line each, for ``sweep.py`` to print before anything starts (the plan's
+        :meth:`~fp8rl.experiments.grid.GridPlan.warnings` at the launcher's workers)."""
+        return self.plan.warnings(self.workers)
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -83,6 +96,8 @@ def preflight(argv: list[str], *, write: bool = True) -> Preflight:
         with Composer() as compose:
             primary = compose(fixed_overrides(overrides), return_hydra_config=True)
             multirun = _is_multirun(argv, primary)
+            if multirun:
+                check_sweeper(primary)
             if not multirun and len(fixed_overrides(overrides)) != len(overrides):
                 sweeps = [o for o in overrides if o not in fixed_overrides(overrides)]
                 raise ConfigError(

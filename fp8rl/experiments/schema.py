@@ -5,7 +5,9 @@ say where and how to run, registered in Hydra.
 ``experiments/conf/config.yaml`` starts its defaults list with ``experiment_schema``, so
 every group option merges into a typed node:
 
-- an unknown key fails at composition (``Key 'foo' not in 'ClippingConfig'``);
+- an unknown key fails at composition, named with the nearest keys that exist
+  (:func:`unknown_key_message`: ``unknown key 'clipping.perod' (did you mean
+  'clipping.period'?)``; ``fp8rl.experiments.compose`` turns Hydra's errors into it);
 - a value of the wrong type fails at composition (``Value 'x' could not be converted to
   Float``);
 - ranges, closed sets and combinations are checked by :func:`validate` (the dataclasses'
@@ -17,14 +19,19 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import os
+import typing
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from fp8rl.config import ClusterConfig, ConfigError, RunConfig, check_fields, num
+from fp8rl.config.run import MAX_STEPS
 from fp8rl.evaluation.settings import LmEvalSettings
 from fp8rl.experiments.live import LOGGERS
 
@@ -32,9 +39,13 @@ __all__ = [
     "RUNTIME_KEYS",
     "ConfigError",
     "ExperimentConfig",
+    "key_tree",
+    "nearest_keys",
     "parallel_workers",
     "register_configs",
     "run_config_of",
+    "unknown_key_message",
+    "unknown_keys",
     "validate",
 ]
 
@@ -70,10 +81,12 @@ class ExperimentConfig(RunConfig):
     experiment_name: str = "default"
     runs_dir: str = "runs"
     cache_dir: str | None = None
-    threads: int = num(1, ge=1)
+    threads: int = num(1, ge=1, le=1024)  # torch threads of one run: more than any CPU's cores
     rerun_failed: bool = False
     rerun_damaged: bool = False
-    max_steps_this_call: int | None = num(None, ge=1, null="run to the last step")
+    max_steps_this_call: int | None = num(
+        None, ge=1, le=MAX_STEPS, null="run to the last step"
+    )  # no run has more steps than MAX_STEPS
     loggers: list[str] = field(default_factory=lambda: ["console"])
     export_hf: bool = False
     lm_eval: LmEvalSettings = field(default_factory=LmEvalSettings)
@@ -102,8 +115,6 @@ def run_config_of(cfg: ExperimentConfig) -> RunConfig:
 
 
 def _unknown_keys(node: DictConfig, schema: DictConfig, prefix: str = "") -> list[str]:
-    """Keys of ``node`` that the schema does not have (``+key=value`` adds them past
-    Hydra's struct check)."""
     found = []
     for key in node:
         name = f"{prefix}{key}"
@@ -112,6 +123,76 @@ def _unknown_keys(node: DictConfig, schema: DictConfig, prefix: str = "") -> lis
         elif isinstance(schema[key], DictConfig) and isinstance(node[key], DictConfig):
             found += _unknown_keys(node[key], schema[key], f"{name}.")
     return found
+
+
+def unknown_keys(cfg: DictConfig) -> list[str]:
+    """Dotted keys of a composed config that the schema does not have (``+key=value`` and
+    ``++key=value`` add them past Hydra's struct check); the ``hydra`` node is not looked
+    at."""
+    found = _unknown_keys(cfg, OmegaConf.structured(ExperimentConfig))
+    return [key for key in found if key != "hydra"]
+
+
+#: Key names as a tree: a mapping per group, None for a leaf.
+KeyTree = Mapping[str, Any]
+
+
+def key_tree(cls: type | None = None) -> dict[str, Any]:
+    """The schema's keys as a :data:`KeyTree` (``{"train": {"lr": None, ...}, ...}``) of the
+    dataclass ``cls`` (default: :class:`ExperimentConfig`)."""
+    cls = cls or ExperimentConfig
+    hints = typing.get_type_hints(cls)
+    return {
+        f.name: key_tree(hints[f.name]) if dataclasses.is_dataclass(hints[f.name]) else None
+        for f in dataclasses.fields(cls)
+    }
+
+
+def _closest(name: str, names: list[str], n: int) -> list[str]:
+    """``difflib``'s close matches (ratio >= 0.6), only those nearly as close as the best."""
+    ratio = {m: difflib.SequenceMatcher(None, name, m).ratio() for m in names}
+    found = difflib.get_close_matches(name, names, n, 0.6)
+    return [m for m in found if ratio[m] >= ratio[found[0]] - 0.1]
+
+
+def nearest_keys(key: str, tree: KeyTree, n: int = 3) -> list[str]:
+    """The existing dotted keys nearest to ``key``, part by part (the close matches among
+    the names of each level, :func:`_closest`): ``train.lrr`` -> ``train.lr``, ``trian.lr`` ->
+    ``train.lr``, ``granulraity`` -> ``granularity``. Empty when nothing is close."""
+    head, _, rest = key.partition(".")
+    names = [head] if head in tree else _closest(head, list(tree), n)
+    found: list[str] = []
+    for name in names:
+        sub = tree[name]
+        if not rest:
+            found.append(name)
+        elif isinstance(sub, Mapping):
+            found += [f"{name}.{k}" for k in nearest_keys(rest, sub, n)]
+    return found[:n]
+
+
+def unknown_key_message(keys: Iterable[str], tree: KeyTree | None = None) -> str:
+    """One line for keys the config does not have, each with its nearest names in ``tree``
+    (default: the schema's, :func:`key_tree`): ``unknown key 'granulraity' (did you mean
+    'granularity'?)``. A key is never told to be added with ``+``: the schema is closed."""
+    tree = key_tree() if tree is None else tree
+    parts = []
+    for key in keys:
+        near = [k for k in nearest_keys(key, tree) if k != key]
+        group, _, _ = key.rpartition(".")
+        parent: Any = tree
+        for part in group.split(".") if group else ():
+            parent = parent.get(part) if isinstance(parent, Mapping) else None
+        if near:
+            parts.append(f"unknown key {key!r} (did you mean {' or '.join(map(repr, near))}?)")
+        elif group and isinstance(parent, Mapping):
+            parts.append(f"unknown key {key!r}: {group} has {', '.join(parent)}")
+        else:
+            parts.append(
+                f"unknown key {key!r}: not in the config (`python sweep.py --cfg job` lists "
+                "the keys that exist)"
+            )
+    return "; ".join(parts)
 
 
 def validate(cfg: DictConfig) -> ExperimentConfig:
@@ -125,12 +206,9 @@ def validate(cfg: DictConfig) -> ExperimentConfig:
         node = copy.deepcopy(cfg)
         with read_write(node), open_dict(node):
             del node["hydra"]
-    unknown = _unknown_keys(node, OmegaConf.structured(ExperimentConfig))
+    unknown = unknown_keys(node)
     if unknown:
-        raise ConfigError(
-            f"unknown setting(s) {unknown}: not in the experiment schema (a typo, or a key "
-            "added with '+'); see `python sweep.py --cfg job` for the keys that exist"
-        )
+        raise ConfigError(unknown_key_message(unknown))
     try:
         obj = OmegaConf.to_object(node)
     except ConfigError:

@@ -68,8 +68,9 @@ from optuna.distributions import (
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from fp8rl.analysis.curves import entropy_stability
-from fp8rl.config import RunConfig
+from fp8rl.config import RunConfig, leaf_fields
 from fp8rl.experiments.backends import get_backend
+from fp8rl.experiments.schema import ExperimentConfig
 from fp8rl.runs import RunInfo, RunPruned, RunStore, read_step_log, to_plain
 
 __all__ = [
@@ -80,6 +81,7 @@ __all__ = [
     "ObjectiveSpec",
     "SearchSpec",
     "SearchSpecError",
+    "check_param_ranges",
     "history_rows",
     "load_search_spec",
     "objective_value",
@@ -543,8 +545,33 @@ def _run_on_backend(cfg: RunConfig, store: RunStore, experiment: str, **kwargs: 
     return get_backend(cfg.backend.name).run(cfg, store, experiment, **kwargs)
 
 
+def check_param_ranges(spec: SearchSpec) -> None:
+    """Every numeric value the space can propose for a schema key lies in the key's declared
+    range (an interval's ends, a range's or a choice's values): a space that reaches past a
+    bound would propose trials that are refused."""
+    fields = leaf_fields(ExperimentConfig)
+    for key, dist in spec.distributions().items():
+        f = fields.get(key.lstrip("+~"))
+        rng = f.metadata.get("range") if f is not None else None
+        if rng is None:
+            continue
+        if isinstance(dist, CategoricalDistribution):
+            values = list(dist.choices)
+        else:
+            values = [dist.low, dist.high]  # type: ignore[attr-defined]
+        numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+        bad = [v for v in numbers if not (math.isfinite(v) and rng.contains(v))]
+        if bad:
+            raise SearchSpecError(
+                f"search spec: params.{key}: {bad} lie outside the key's range "
+                f"({rng.describe()}); narrow the space to it"
+            )
+
+
 def _preflight(spec: SearchSpec, compose: Callable[[list[str]], Any]) -> None:
-    """Compose the low corner of the space: bad fixed overrides fail here, before compute."""
+    """Check the space against the schema's ranges and compose the low corner of the
+    space: bad fixed overrides fail here, before compute."""
+    check_param_ranges(spec)
     overrides = trial_overrides(spec, spec.first_point())
     try:
         cfg = compose(overrides)

@@ -42,13 +42,21 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from fp8rl.config import check_fields, num
 from fp8rl.experiments.compose import error_message, grid_points
 from fp8rl.experiments.grid import GridPlan, plan_grid
 from fp8rl.experiments.progress import grid_report, plan_table, report_table, summary_line, to_text
 from fp8rl.experiments.schema import ConfigError
 from fp8rl.runs import RunStore
 
-__all__ = ["GridFailed", "GridSweeper", "GridSweeperConf", "batches", "launcher_workers"]
+__all__ = [
+    "GridFailed",
+    "GridSweeper",
+    "GridSweeperConf",
+    "batches",
+    "check_sweeper",
+    "launcher_workers",
+]
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +71,18 @@ class GridSweeperConf:
     _target_: str = "hydra_plugins.fp8rl_grid_sweeper.GridSweeper"
     max_batch_size: int | None = None
     params: dict[str, str] | None = None
-    progress_every_s: float = 60.0
+    # seconds between progress lines; a grid silent for over a day looks dead
+    progress_every_s: float = num(60.0, gt=0.0, le=86_400.0)
+
+
+def check_sweeper(config: DictConfig) -> None:
+    """ConfigError naming the ``hydra.sweeper.*`` key when the grid sweeper's settings in
+    ``config`` (composed with its ``hydra`` node) are out of range; nothing for another
+    sweeper."""
+    node = OmegaConf.select(config, "hydra.sweeper")
+    if node is None or not str(node.get("_target_", "")).endswith(".GridSweeper"):
+        return
+    check_fields(GridSweeperConf(progress_every_s=node.get("progress_every_s")), "hydra.sweeper")
 
 
 def batches(jobs: list[list[str]], max_batch_size: int | None) -> list[list[list[str]]]:
@@ -107,6 +126,10 @@ class GridSweeper(Sweeper):
         params: dict[str, str] | None = None,
         progress_every_s: float = 60.0,
     ) -> None:
+        try:  # sweep.py's preflight checks it first (check_sweeper)
+            check_fields(GridSweeperConf(progress_every_s=progress_every_s), "hydra.sweeper")
+        except ConfigError as exc:
+            raise GridConfigError(f"config error: {exc}") from None
         self.max_batch_size = max_batch_size
         self.params = dict(params or {})
         self.progress_every_s = progress_every_s

@@ -5,6 +5,7 @@ data and dotted-key overrides."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import typing
 
@@ -28,6 +29,82 @@ def test_every_numeric_leaf_declares_its_range() -> None:
     assert len(numeric) > 40
     missing = [k for k, f in numeric.items() if "range" not in f.metadata]
     assert missing == []
+
+
+#: Numeric leaves without an upper bound, and why none is meaningful.
+UNBOUNDED = {
+    "seed": "a seed: any non-negative integer names a random stream, none is too large",
+    "model.sft.seed": "a seed (as seed)",
+    "eval.seed": "a seed (as seed)",
+}
+
+
+def _has_upper_bound(f: dataclasses.Field) -> bool:
+    rng = f.metadata["range"]
+    return rng.le is not None or rng.lt is not None
+
+
+def test_every_numeric_leaf_has_an_upper_bound_or_a_reason_not_to() -> None:
+    numeric = {k: f for k, f in leaf_fields().items() if _numeric(f)}
+    unbounded = sorted(k for k, f in numeric.items() if not _has_upper_bound(f))
+    assert unbounded == sorted(UNBOUNDED)  # a new key needs a bound (or a reason here)
+
+
+def _float_leaves() -> dict[str, dataclasses.Field]:
+    return {
+        k: f for k, f in leaf_fields().items() if _numeric(f) and str(f.type).startswith("float")
+    }
+
+
+def test_every_float_leaf_refuses_nan_and_infinities_naming_the_key() -> None:
+    """In process, every float setting of the schema with NaN, +inf and -inf: refused by
+    the group's own check (a comparison with NaN is false, so a range alone lets it by),
+    naming the key and the range."""
+    leaves = _float_leaves()
+    assert len(leaves) >= 20 and "train.lr" in leaves and "rollout.temperature" in leaves
+    for key, f in leaves.items():
+        assert f.metadata.get("finite", True), f"{key} declares finite=False"
+        for value in (math.nan, math.inf, -math.inf):
+            with pytest.raises(ConfigError) as err:
+                override(RunConfig(), {key: value})
+            assert str(err.value) == (
+                f"{key}={value!r} is not a finite number: {f.metadata['range'].describe()}"
+            )
+
+
+def test_integer_leaves_refuse_nan_and_infinities() -> None:
+    ints = [k for k, f in leaf_fields().items() if _numeric(f) and "int" in str(f.type)]
+    assert len(ints) > 30
+    for key in ints:
+        value = [math.nan] if leaf_fields()[key].metadata.get("list") else math.inf
+        with pytest.raises(ConfigError, match=rf"^{re.escape(key)}=.* must be an integer$"):
+            override(RunConfig(), {key: value})
+
+
+def test_a_declaration_can_let_infinity_through_but_never_nan() -> None:
+    @dataclasses.dataclass
+    class Group:
+        cap: float = num(1.0, gt=0.0, finite=False)  # inf: "no cap"
+        x: float = num(0.5, ge=0.0, le=1.0)
+
+    check_fields(Group(cap=math.inf), "g")
+    with pytest.raises(ConfigError, match=r"^g.cap=nan is out of range: need 0.0 < x$"):
+        check_fields(Group(cap=math.nan), "g")
+    with pytest.raises(ConfigError, match=r"^g.cap=-inf is out of range"):
+        check_fields(Group(cap=-math.inf), "g")
+    with pytest.raises(ConfigError, match=r"^g.x=inf is not a finite number"):
+        check_fields(Group(x=math.inf), "g")
+    assert not Range(ge=0.0).contains(math.nan) and Range().contains(1e300)
+
+
+def test_sizes_that_cap_compute_are_marked_and_bounded() -> None:
+    """The keys whose upper bound is a cap on compute (the pre-run check prices a value
+    above it: fp8rl.experiments.grid.compute_cap_error)."""
+    fields = leaf_fields()
+    marked = sorted(k for k, f in fields.items() if f.metadata.get("sizes_compute"))
+    assert {"steps", "model.sft.steps", "eval.limit", "rollout.max_new_tokens"} <= set(marked)
+    assert all(fields[k].metadata["range"].le is not None for k in marked)
+    assert fields["steps"].metadata["range"].le == 100_000
 
 
 def test_every_closed_set_names_its_options() -> None:
@@ -77,7 +154,11 @@ def test_the_defaults_are_a_valid_config() -> None:
         ),
         ({"clipping.mode": "calibrated", "clipping.loss": "vanilla"}, "clipping.loss=vanilla"),
         ({"clipping.init_low": 0.6, "clipping.loss": "vanilla"}, "reads no live bounds"),
-        ({"algorithm.eps_high": 5.0}, "keys: algorithm.eps_low, algorithm.eps_high"),
+        # within eps_low's range, but 1 - 0.6 is under Calibrated Clipping's hard limit
+        ({"algorithm.eps_low": 0.6}, "keys: algorithm.eps_low, algorithm.eps_high"),
+        ({"algorithm.eps_high": 5.0}, "algorithm.eps_high=5.0 is out of range: need 0.0 <= x"),
+        ({"train.lr": float("nan")}, "train.lr=nan is not a finite number: need 0.0 < x <= 1.0"),
+        ({"steps": 10**12}, "steps=1000000000000 is out of range: need 1 <= x <= 100000"),
         ({"algorithm.overlong_buffer_len": 100}, "algorithm.overlong_buffer_len=100 exceeds"),
     ],
 )

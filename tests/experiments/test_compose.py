@@ -206,11 +206,27 @@ def test_the_regime_sweep_is_symmetric_in_width() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        # unknown key (composition)
-        (["granularity.foo=1"], r"Key 'foo' not in 'GranularityConfig'"),
-        (["+clipping.K=20"], r"unknown setting\(s\) \['clipping.K'\]"),
-        # unknown option of a group
-        (["granularity=fp4"], r"Could not find 'granularity/fp4'"),
+        # unknown key (composition): the nearest names, or the group's keys; never "+key"
+        (["granularity.foo=1"], r"^unknown key 'granularity.foo': granularity has training, "),
+        (["+clipping.K=20"], r"^unknown key 'clipping.K': clipping has loss, mode, period, "),
+        (["granulraity=rowwise"], r"^unknown key 'granulraity' \(did you mean 'granularity'\?\)$"),
+        (["trian.lr=1"], r"^unknown key 'trian.lr' \(did you mean 'train.lr'\?\)$"),
+        (["++clipping.perod=5"], r"^unknown key 'clipping.perod' \(did you mean 'clipping.period'"),
+        (["hydra.sweeper.progres_every_s=1"], r"did you mean 'hydra.sweeper.progress_every_s'\?"),
+        (["experimnt=table2"], r"^unknown key 'experimnt' \(did you mean '\+experiment'\?\)$"),
+        # a group no defaults list selects: the one place where "+" is the advice
+        (["experiment=test"], r"^experiment=test: experiment is a config group that no "),
+        # unknown option of a group: its options, as a plain list, and the nearest
+        (
+            ["granularity=fp4"],
+            r"^granularity=fp4 is not an option: choose one of bf16, blockwise, "
+            r"fp8_rollout_only, rowwise, tensorwise$",
+        ),
+        (
+            ["+experiment=tabel2"],
+            r"^experiment=tabel2 is not an option: .* \(did you mean table2\?\)$",
+        ),
+        (["hydra/launcher=paralel"], r"^hydra/launcher=paralel is not an option: choose one of "),
         # a value outside a closed set, with the valid ones listed
         (
             ["granularity.training=fp4"],
@@ -292,8 +308,12 @@ def test_a_typo_in_a_preset_file_is_refused(tmp_path: Path, monkeypatch) -> None
     shutil.copytree(CONF_DIR, conf)
     (conf / "clipping" / "typo.yaml").write_text("mode: calibrated\nperiod_k: 20\n")
     monkeypatch.setattr(compose_module, "CONF_DIR", conf)
-    with pytest.raises(ConfigError, match="period_k"):
+    expected = (
+        "clipping/typo.yaml: unknown key 'clipping.period_k' (did you mean 'clipping.period'?)"
+    )
+    with pytest.raises(ConfigError) as err:
         compose(["clipping=typo"])
+    assert str(err.value) == expected
 
 
 # ------------------------------------------------------------------ search path and grids

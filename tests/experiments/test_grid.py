@@ -4,6 +4,7 @@ point would do, what it would cost, and what the progress display counts."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -286,3 +287,47 @@ def test_priors_learn_the_speed_of_the_runs_in_flight(tmp_path: Path) -> None:
     assert plan.points[1].cost_source == "default x2.00 (1 run in flight)"
     assert plan.base_build_s == pytest.approx(2 * empty.base_build_s)
     assert "d*" in to_text(plan_table(plan))
+
+def test_a_size_over_its_cap_is_refused_with_the_runs_estimated_cost(tmp_path: Path) -> None:
+    """steps=10**12 used to plan a run of tens of thousands of years without a word: a
+    size key above its cap is refused, the message pricing the run as asked by the same
+    cost model as the plan (its step time, its steps)."""
+    step_s = planned([], tmp_path).points[0].step_s  # the same batch: the same step time
+    with pytest.raises(ConfigError) as err:
+        planned(["steps=1000000000000"], tmp_path)
+    message = str(err.value)
+    assert message.startswith("steps=1000000000000 is out of range: need 1 <= x <= 100000 (")
+    assert f"{step_s:.2f} s a step x 1,000,000,000,000 steps" in message
+    found = re.search(r"puts this run at about ([\d,]+) years of compute", message)
+    assert found, message
+    assert float(found[1].replace(",", "")) == pytest.approx(1e12 * step_s / 31_536_000, 0.01)
+    assert "lower steps" in message and "\n" not in message
+
+
+def test_an_sft_size_over_its_cap_prices_the_base_models_build(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        planned(["model.sft.steps=200000"], tmp_path)
+    message = str(err.value)
+    assert "model.sft.steps=200000 is out of range: need 1 <= x <= 100000" in message
+    assert "of one-time set-up" in message  # the SFT build the cap is about
+
+
+def test_sizes_within_the_caps_plan_without_an_estimate_in_an_error(tmp_path: Path) -> None:
+    plan = planned(["steps=100000"], tmp_path)  # at the cap: allowed, however long
+    assert plan.points[0].steps == 100_000 and plan.points[0].action == "start"
+
+
+def test_a_plan_over_a_day_is_warned_about_and_a_short_one_is_not(tmp_path: Path) -> None:
+    from fp8rl.experiments.grid import LONG_PLAN_S
+
+    big = ["rollout.prompts_per_step=64", "rollout.n_samples=16"]  # seconds a step
+    assert planned(big, tmp_path).warnings() == []
+    long = planned([*big, "steps=100000"], tmp_path)
+    assert long.eta_s() > LONG_PLAN_S
+    (warning,) = long.warnings()
+    assert warning.startswith("this plan is estimated at about ") and "of wall time" in warning
+    assert "max_steps_this_call" in warning and "\n" not in warning
+    # the threshold is wall time: the same compute over enough workers is under a day
+    grid = planned([*big, "seed=0,1", "steps=16000"], tmp_path)
+    assert grid.total_s > LONG_PLAN_S > grid.eta_s(workers=2)
+    assert grid.warnings(workers=1) and grid.warnings(workers=2) == []

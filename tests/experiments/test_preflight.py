@@ -24,13 +24,31 @@ def tree(root: Path) -> list[str]:
         (["steps=-1"], "steps=-1 is out of range: need 1 <= x"),
         (["seed=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
         (["eval.limit=-5"], "eval.limit=-5 is out of range: need 1 <= x"),
-        (["clipping.perod=5"], "Could not override 'clipping.perod'"),
-        (["algorithm.eps_high=5.0"], "keys: algorithm.eps_low, algorithm.eps_high"),
+        (["clipping.perod=5"], "unknown key 'clipping.perod' (did you mean 'clipping.period'?)"),
+        (["granulraity=rowwise"], "unknown key 'granulraity' (did you mean 'granularity'?)"),
+        (["+granulraity=rowwise"], "unknown key 'granulraity' (did you mean 'granularity'?)"),
+        (["train.lrr=1"], "unknown key 'train.lrr' (did you mean 'train.lr'?)"),
+        (
+            ["granularity=row_wise"],
+            "granularity=row_wise is not an option: choose one of bf16, blockwise, "
+            "fp8_rollout_only, rowwise, tensorwise (did you mean rowwise?)",
+        ),
+        (["algorithm.eps_low=0.6"], "keys: algorithm.eps_low, algorithm.eps_high"),
+        (["algorithm.eps_high=5.0"], "algorithm.eps_high=5.0 is out of range: need 0.0 <= x"),
+        (["train.lr=nan"], "train.lr=nan is not a finite number: need 0.0 < x <= 1.0"),
+        (["rollout.temperature=-inf"], "rollout.temperature=-inf is not a finite number"),
+        (["lm_eval.temperature=inf"], "lm_eval.temperature=inf is not a finite number"),
+        (["cluster.gpu_memory_utilization=nan"], "cluster.gpu_memory_utilization=nan is not a"),
+        (
+            ["-m", "seed=0,1", "hydra.sweeper.progress_every_s=nan"],
+            "hydra.sweeper.progress_every_s=nan is not a finite number: need 0.0 < x <= 86400.0",
+        ),
+        (["steps=1000000000000"], "steps=1000000000000 is out of range: need 1 <= x <= 100000 ("),
         (["seed=0,1"], "seed=0,1 lists several values: add -m to run them as a grid"),
         (
             ["-m", "seed=0,1", "steps=-1"],
             "2 of 2 grid points cannot run; nothing was started: steps=-1 is out of range: "
-            "need 1 <= x [all points]",
+            "need 1 <= x <= 100000 [all points]",
         ),
         (
             ["-m", "clipping.smoothing=0.5,1.5"],

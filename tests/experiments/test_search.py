@@ -27,6 +27,7 @@ from fp8rl.experiments.search import (
     ObjectiveSpec,
     SearchSpec,
     SearchSpecError,
+    check_param_ranges,
     load_search_spec,
     objective_value,
     run_search,
@@ -347,6 +348,28 @@ def test_specs_that_cannot_compose_or_evaluate_fail_before_any_compute(tmp_path)
     with pytest.raises(SearchSpecError, match=r"never evaluates \(eval.every=0\)"):
         run_search(no_eval, compose, store, train_fn=never_train)
     assert not (store.root / "search" / "optuna.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"clipping.init_high": "interval(1.2, 2.5)"}, r"\[2\.5\] lie outside .*1\.0 < x <= 2\.0"),
+        ({"clipping.min_tail_tokens": "choice(0, 2000000000)"}, r"\[2000000000\] lie outside"),
+        ({"train.lr": "tag(log, interval(1e-6, inf))"}, r"params.train.lr: \[inf\] lie outside"),
+        ({"clipping.smoothing": "range(0.5, 1.5, 0.25)"}, r"\[1\.25\] lie outside"),
+    ],
+)
+def test_a_space_past_a_keys_range_fails_before_any_compute(tmp_path, params, message) -> None:
+    """A space reaching past the schema's bounds would propose trials that are refused."""
+    store = RunStore(tmp_path / "runs")
+    with pytest.raises(SearchSpecError, match=message):
+        run_search(spec(params=params), compose, store, train_fn=never_train)
+    assert not store.root.exists()
+
+
+def test_the_committed_search_spaces_lie_within_the_schemas_ranges() -> None:
+    for path in sorted((REPO / "sweeps" / "hparams_search").glob("*.yaml")):
+        check_param_ranges(load_search_spec(path))  # raises on a value out of range
 
 
 def test_a_spec_file_loads_with_its_errors_naming_the_file(tmp_path) -> None:

@@ -53,10 +53,28 @@ def sweep_here(
 @pytest.mark.parametrize(
     ("args", "expected", "here"),
     [
-        (["-m", "seed=0,1", "steps=-1"], "steps=-1 is out of range: need 1 <= x [all points]", 0),
+        (
+            ["-m", "seed=0,1", "steps=-1"],
+            "steps=-1 is out of range: need 1 <= x <= 100000 [all points]",
+            0,
+        ),
         (["runs_dir={afile}"], "runs_dir={afile} is a file: need a directory", 0),
+        (
+            ["--dry-run", "granulraity=rowwise"],
+            "sweep.py: config error: unknown key 'granulraity' (did you mean 'granularity'?)",
+            0,
+        ),
+        (
+            ["granularity=row_wise"],
+            "sweep.py: config error: granularity=row_wise is not an option: choose one of bf16, "
+            "blockwise, fp8_rollout_only, rowwise, tensorwise (did you mean rowwise?)",
+            0,
+        ),
         (["seed=abc"], "could not be converted to Integer", 1),
-        (["algorithm.eps_high=5.0"], "need L in [0.5, 0.99] and H in [1.01, 2.0]", 1),
+        (["algorithm.eps_low=0.6"], "need L in [0.5, 0.99] and H in [1.01, 2.0]", 1),
+        (["train.lr=nan"], "train.lr=nan is not a finite number: need 0.0 < x <= 1.0", 1),
+        (["--dry-run", "rollout.temperature=inf"], "rollout.temperature=inf is not a finite", 1),
+        (["steps=1000000000000"], "steps=1000000000000 is out of range: need 1 <= x <= 100000", 1),
         (["--status", "runs_dir={afile}"], "runs_dir={afile} is a file: need a directory", 1),
         (["--dry-run", "runs_dir={afile}/x"], "lies under a file", 1),
         (["--search", "nope.yaml"], "no such spec file: nope.yaml", 1),
@@ -72,7 +90,7 @@ def test_a_user_error_is_one_line_and_writes_nothing(
     expected: str,
     here: int,
 ) -> None:
-    """Two cases as a real process; the rest through sweep.py's __main__ in this process."""
+    """Four cases as a real process; the rest through sweep.py's __main__ in this process."""
     runs = tmp_path / "runs"
     (runs / "test").mkdir(parents=True)
     (runs / "test" / "keep.txt").write_text("results someone cares about")
@@ -89,6 +107,22 @@ def test_a_user_error_is_one_line_and_writes_nothing(
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
     assert expected.format(afile=afile) in lines[0]
     assert tree(tmp_path) == before  # no run directory, no Hydra log folder
+
+
+def test_a_plan_over_a_day_is_warned_about_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A warning, not an error: one line on stderr before the plan; the dry run goes on."""
+    big = ["rollout.prompts_per_step=64", "rollout.n_samples=16", "steps=100000"]
+    runs = f"runs_dir={tmp_path / 'runs'}"
+    out = sweep_here(monkeypatch, capfd, "--dry-run", "+experiment=test", *big, runs)
+    assert out.returncode == 0, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("sweep.py: warning: this plan is estimated at about ")
+    assert "1 grid points (1 start)" in out.stdout
+    short = sweep_here(monkeypatch, capfd, "--dry-run", "+experiment=test", runs)
+    assert short.returncode == 0 and short.stderr == ""
+    assert not (tmp_path / "runs").exists()
 
 
 def test_debug_shows_the_traceback(
