@@ -288,6 +288,7 @@ def test_priors_learn_the_speed_of_the_runs_in_flight(tmp_path: Path) -> None:
     assert plan.base_build_s == pytest.approx(2 * empty.base_build_s)
     assert "d*" in to_text(plan_table(plan))
 
+
 def test_a_size_over_its_cap_is_refused_with_the_runs_estimated_cost(tmp_path: Path) -> None:
     """steps=10**12 used to plan a run of tens of thousands of years without a word: a
     size key above its cap is refused, the message pricing the run as asked by the same
