@@ -48,6 +48,7 @@ from fp8rl.runs.jsonl import StepLog, read_step_log
 from fp8rl.runs.provenance import collect_provenance
 from fp8rl.runs.store import (
     DISK_FULL_REASON,
+    EXPERIMENT_NAME_RULE,
     Decision,
     Run,
     RunInfo,
@@ -62,6 +63,7 @@ from fp8rl.runs.summary import RunSummary
 
 __all__ = [
     "DISK_FULL_REASON",
+    "EXPERIMENT_NAME_RULE",
     "HF_EXPORTS_DIR",
     "LM_EVAL_DIR",
     "LM_EVAL_FILE",

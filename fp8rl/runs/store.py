@@ -108,6 +108,9 @@ DISK_FULL_ADVICE = "free space, then run the same command again to resume it"
 #: One path component: matched with ``fullmatch`` (``$`` would also match before a final
 #: newline, and a name ending in one would become a directory named with it).
 _EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=,-]*")
+EXPERIMENT_NAME_RULE = (
+    "one path component of letters, digits and ._+=,- (starting with a letter or digit)"
+)
 
 
 class RunStatus(StrEnum):
@@ -259,10 +262,7 @@ def check_experiment_name(experiment: str) -> None:
     letters, digits and ``._+=,-``, starting with a letter or digit (so no ``/``, no
     ``..``, no absolute path, no whitespace or newline), the whole string."""
     if not isinstance(experiment, str) or not _EXPERIMENT_NAME.fullmatch(experiment):
-        raise ValueError(
-            f"experiment name {experiment!r} must be one path component of letters, digits "
-            "and ._+=,- (starting with a letter or digit)"
-        )
+        raise ValueError(f"experiment name {experiment!r} must be {EXPERIMENT_NAME_RULE}")
 
 
 class Run:
