@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fp8rl.experiments.compose import Composer, compose_grid, fixed_overrides
 from fp8rl.experiments.grid import GridPlan, GridPoint, grid_error, one_line, plan_grid
+from fp8rl.experiments.outcome import mount_point, size_text
 from fp8rl.experiments.schema import ConfigError
 from fp8rl.experiments.sweeper import launcher_workers
 from fp8rl.runs import EXPERIMENT_NAME_RULE, check_experiment_name, list_checkpoints
@@ -190,23 +191,6 @@ def _setups(plan: GridPlan) -> list[tuple[GridPoint, Path]]:
             if where is not None:
                 found[p.setup_key] = (p, Path(where))
     return list(found.values())
-
-
-def size_text(n: float) -> str:
-    """Bytes as a person reads them (decimal units: ``9.9 MB``)."""
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    raise AssertionError("unreachable")
-
-
-def mount_point(path: Path) -> Path:
-    """The mount point of the file system holding ``path`` (an existing path)."""
-    path = path.resolve()
-    while not os.path.ismount(path) and path != path.parent:
-        path = path.parent
-    return path
 
 
 @dataclass

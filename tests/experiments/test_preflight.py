@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import fp8rl.experiments.preflight as preflight_module
-from fp8rl.experiments.preflight import check_runs_dir, mount_point, preflight, size_text
+from fp8rl.experiments.outcome import mount_point, size_text
+from fp8rl.experiments.preflight import check_runs_dir, preflight
 from fp8rl.experiments.schema import ConfigError
 
 
@@ -189,11 +190,3 @@ def test_a_disk_without_room_for_the_checkpoints_is_refused(
     monkeypatch.setattr(shutil, "disk_usage", free(0))
     with pytest.raises(ConfigError, match=r"1 set-up\(s\) to build \(base models\) need about"):
         preflight(["+experiment=test", f"runs_dir={tmp_path}", f"cache_dir={tmp_path / 'c'}"])
-
-
-def test_sizes_read_as_a_person_reads_them() -> None:
-    assert [size_text(n) for n in (512, 9_926_277, 1_039_548_416)] == [
-        "512 B",
-        "9.9 MB",
-        "1.0 GB",
-    ]
