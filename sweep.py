@@ -407,12 +407,13 @@ def run_grid_or_run(args: HarnessArgs) -> int:
             return say(f"{stop.message}{retry}", int(stop.code or 0))
         return EXIT_DONE
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while the store is read
         return interrupted(interrupted_line(plan, STARTED))
 
 
 def interrupted(line: str) -> int:
     """Ctrl-C: ``line`` (what is left, how to resume) and status 130, not a traceback."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while it is written
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # nor while the line is written
     return say(line, EXIT_INTERRUPTED)
 
 

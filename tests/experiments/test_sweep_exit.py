@@ -19,7 +19,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from sweep_cli import FULL_DISK_AT_SECOND_SAVE, sweep, sweep_here, sweep_interrupted
+from sweep_cli import (
+    FULL_DISK_AT_SECOND_SAVE,
+    ctrl_c_as_at_a_terminal,
+    sweep,
+    sweep_here,
+    sweep_interrupted,
+)
 
 import fp8rl.experiments.lm_eval_stage as lm_eval_stage
 import fp8rl.experiments.search as search_module
@@ -170,7 +176,12 @@ def test_an_interrupt_before_any_run_is_one_line_and_130(tmp_path: Path) -> None
     )
     env = dict(os.environ, PYTHONPATH=str(REPO))
     out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=ctrl_c_as_at_a_terminal,
     )
     assert out.returncode == 130
     assert last_line(out) == (

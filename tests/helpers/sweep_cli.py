@@ -30,6 +30,13 @@ torch.save = _save
 """
 
 
+def ctrl_c_as_at_a_terminal() -> None:
+    """For a child process (``preexec_fn``): SIGINT's default action, whatever the test
+    runner's shell set (a background job ignores SIGINT, and Python then never installs
+    the handler that raises KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("HYDRA_FULL_ERROR", None)
@@ -74,9 +81,7 @@ def sweep_interrupted(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # Ctrl-C's default action, whatever the test runner's shell set (a background job
-        # ignores SIGINT, and Python then never installs its handler)
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=ctrl_c_as_at_a_terminal,
     )
     deadline = time.monotonic() + timeout
     pattern = str(once.relative_to(once.anchor))
