@@ -19,6 +19,11 @@ each exported checkpoint once per ``lm_eval`` settings, resumable. ``--search SP
 every trial is composed from the command's overrides, the spec's overrides and the trial's
 values through the same config tree, and is a run in the store. Everything else is Hydra's
 command line (``--cfg job``, ``--help``, ``hydra/launcher=...``).
+
+Exit status (the table is docs/experiments.md, *Exit status*; ``fp8rl.experiments.outcome``):
+0 all done, 1 a run failed or is damaged (or a full disk stopped it), 2 a user error
+(nothing written), 130 interrupted (Ctrl-C). Every non-zero status ends with one line on
+stderr saying what is left and the command to type next.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,14 +57,26 @@ from rich.progress import (
 from fp8rl.experiments.backends import resolve_run
 from fp8rl.experiments.compose import Composer
 from fp8rl.experiments.dispatch import run_one
-from fp8rl.experiments.grid import one_line
+from fp8rl.experiments.grid import GridPlan, one_line
 from fp8rl.experiments.lm_eval_stage import StageJob, plan_stage, run_stage, stage_table
+from fp8rl.experiments.outcome import (
+    EXIT_DONE,
+    EXIT_INTERRUPTED,
+    EXIT_RUN_FAILED,
+    EXIT_USER_ERROR,
+    RunRef,
+    command_line,
+    disk_full_line,
+    failed_line,
+    interrupted_line,
+)
 from fp8rl.experiments.preflight import check_runs_dir, preflight
 from fp8rl.experiments.progress import grid_report, launch_details, plan_table, report_table
 from fp8rl.experiments.run_report import run_summary
 from fp8rl.experiments.schema import ConfigError, register_configs
 from fp8rl.experiments.search import SearchSpecError, load_search_spec, run_search
-from fp8rl.experiments.sweeper import launcher_workers
+from fp8rl.experiments.sweeper import GridFailed, GridStop, launcher_workers
+from fp8rl.runs import RunStore, disk_full_error
 
 register_configs()  # the schemas and hydra/sweeper=grid, before Hydra composes anything
 
@@ -153,7 +172,13 @@ def fail(kind: str, exc: BaseException, debug: bool) -> int:
     if debug:
         raise exc
     print(f"sweep.py: {kind} error: {exc}", file=sys.stderr)
-    return 2
+    return EXIT_USER_ERROR
+
+
+def say(line: str, status: int) -> int:
+    """``line`` as the command's last line, on stderr; returns ``status``."""
+    print(f"sweep.py: {line}", file=sys.stderr)
+    return status
 
 
 def warn(warnings: list[str]) -> None:
@@ -227,9 +252,19 @@ def lm_eval(overrides: list[str], debug: bool = False) -> int:
                 evaluated.add(id(item.job))
                 bar.advance(task, item.job.problems)
 
-        run_stage(stage, on_start=started, on_done=finished)
+        try:
+            run_stage(stage, on_start=started, on_done=finished)
+        except Exception as exc:
+            if disk_full_error(exc) is None or debug:
+                raise  # a failed evaluation: its traceback, status 1
+            done = f"{len(evaluated)} of {len(todo)} checkpoints evaluated now"
+            return say(
+                f"no space left on device: {disk_full_error(exc)}; {done} (kept); free "
+                "space, then run the same command again to evaluate the rest",
+                EXIT_RUN_FAILED,
+            )
     Console(width=160 if not sys.stdout.isatty() else None).print(stage_table(stage, evaluated))
-    return 0
+    return EXIT_DONE
 
 
 def search(spec_path: str, overrides: list[str], n_trials: int | None, debug: bool = False) -> int:
@@ -266,12 +301,54 @@ def search(spec_path: str, overrides: list[str], n_trials: int | None, debug: bo
             f"best: trial {best.number} value {best.value:.4f} params {best.params} "
             f"run {best.user_attrs.get('run_id')}"
         )
-    return 0
+    elif states.get("FAIL"):
+        # failed trials are part of a search's answer; a search with no answer is not
+        reasons = {str(t.user_attrs.get("fail_reason", "")) for t in study.trials}
+        return say(
+            f"no trial of study {study.study_name!r} completed ({states['FAIL']} failed: "
+            f"{one_line('; '.join(sorted(r for r in reasons if r)))[:500]})",
+            EXIT_RUN_FAILED,
+        )
+    return EXIT_DONE
+
+
+def _ref(cfg: DictConfig) -> RunRef:
+    """The run ``cfg`` is (its id as the store keys it)."""
+    resolved = resolve_run(cfg)
+    exp = resolved.experiment
+    run_id = RunStore(exp.runs_dir).run_id(resolved.plain)
+    return RunRef(Path(exp.runs_dir), exp.experiment_name, run_id, resolved.config.steps)
+
+
+def _failed(cfg: DictConfig, exc: Exception, single: bool) -> None:
+    """A run that raised: its traceback into the log (not for a full disk: one line says
+    it all), and for a single run the last line and status 1. In a grid the caller
+    re-raises, and the sweeper lists the run at the end."""
+    try:
+        ref = _ref(cfg)
+    except Exception:  # not a run the store can name: Hydra reports the exception itself
+        return
+    full = disk_full_line(exc, ref)
+    if full is None or os.environ.get("HYDRA_FULL_ERROR") == "1":
+        log.error("run %s failed", ref.name, exc_info=exc)
+    if not single:
+        if full is not None:
+            log.error("%s", full)
+        return
+    if full is not None:
+        sys.exit(say(full, EXIT_RUN_FAILED))
+    info = ref.info()
+    if info is not None:
+        log.info("\n%s", run_summary(ref.path))
+    reason = info.reason if info is not None and info.reason else f"{type(exc).__name__}: {exc}"
+    sys.exit(say(failed_line(ref, one_line(reason), sys.argv[1:]), EXIT_RUN_FAILED))
 
 
 @hydra.main(config_path="experiments/conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> dict:
-    """One run (Hydra calls this once per grid point)."""
+    """One run (Hydra calls this once per grid point). A single run that fails, is damaged
+    or was failed before ends the command with one line and status 1 (a grid's end is the
+    sweeper's: ``GridSweeper``)."""
     hydra_cfg = HydraConfig.get()
     single = hydra_cfg.mode == RunMode.RUN
     basic = str(hydra_cfg.launcher.get("_target_", "")).endswith("BasicLauncher")
@@ -283,12 +360,14 @@ def main(cfg: DictConfig) -> dict:
     try:
         summary = run_one(cfg)
     except ConfigError as exc:
-        sys.exit(f"sweep.py: config error: {one_line(str(exc))}")
+        sys.exit(say(f"config error: {one_line(str(exc))}", EXIT_USER_ERROR))
+    except Exception as exc:
+        _failed(cfg, exc, single)
+        raise
     if summary.decision == "damaged" and single:
         # a grid reports its damaged runs at its end (GridSweeper); a single run here
-        sys.exit(
-            f"sweep.py: run {cfg.experiment_name}/{summary.run_id} is damaged: {summary.reason}"
-        )
+        where = f"{cfg.experiment_name}/{summary.run_id}"
+        sys.exit(say(f"run {where} is damaged: {summary.reason}", EXIT_RUN_FAILED))
     line = (
         f"{cfg.experiment_name}/{summary.run_id}: {summary.decision} -> {summary.status} "
         f"(last step {summary.last_step})"
@@ -298,6 +377,9 @@ def main(cfg: DictConfig) -> dict:
         # what the run scored beside its base, where it lives, how to see it again (the
         # same text from the store on a second call); a grid ends with its table instead
         log.info("\n%s", run_summary(summary.path))
+    if single and summary.status == "failed":  # failed before, not retried
+        ref = RunRef(Path(cfg.runs_dir), cfg.experiment_name, summary.run_id)
+        sys.exit(say(failed_line(ref, one_line(summary.reason), sys.argv[1:]), EXIT_RUN_FAILED))
     return {
         "run_id": summary.run_id,
         "path": str(summary.path),
@@ -307,24 +389,60 @@ def main(cfg: DictConfig) -> dict:
     }
 
 
+def run_grid_or_run(args: HarnessArgs) -> int:
+    """A run or a grid through Hydra (the pre-run check first): its exit status."""
+    plan: GridPlan | None = None
+    try:
+        if not any(a.split("=")[0] in _HYDRA_INFO_FLAGS for a in args.rest):
+            # The whole grid composes and validates, runs_dir is writable and has room,
+            # before Hydra creates its log folder or any run starts.
+            try:
+                checked = preflight(list(args.rest))
+            except ConfigError as exc:
+                return fail("config", exc, args.debug)
+            warn(checked.warnings)
+            plan = checked.plan
+        if args.debug:
+            os.environ["HYDRA_FULL_ERROR"] = "1"
+        # Hydra reads the command line without our flags (sweeps/ is on its search path
+        # through config.yaml's hydra.searchpath); its parser would refuse them.
+        sys.argv = [sys.argv[0], *args.rest]
+        try:
+            main()
+        except GridStop as stop:
+            retry = ""
+            if isinstance(stop, GridFailed) and stop.flags:
+                retry = f"\nretry them with: {command_line(args.rest, *stop.flags)}"
+            return say(f"{stop.message}{retry}", int(stop.code or 0))
+        return EXIT_DONE
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while the store is read
+        return interrupted(interrupted_line(plan, STARTED))
+
+
+def interrupted(line: str) -> int:
+    """Ctrl-C: ``line`` (what is left, how to resume) and status 130, not a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # nor while the line is written
+    return say(line, EXIT_INTERRUPTED)
+
+
+STARTED = time.time()  # runs started since are the ones an interrupt stopped
+
 if __name__ == "__main__":
     args = parse_args(sys.argv[1:])
-    if args.search is not None:
-        sys.exit(search(args.search, list(args.rest), args.n_trials, args.debug))
-    if args.offline == "--eval":
-        sys.exit(lm_eval(list(args.rest), args.debug))
-    if args.offline is not None:
-        sys.exit(offline(args.offline, list(args.rest), args.debug))
-    if not any(a.split("=")[0] in _HYDRA_INFO_FLAGS for a in args.rest):
-        # The whole grid composes and validates, and runs_dir is writable, before Hydra
-        # creates its log folder or any run starts.
-        try:
-            warn(preflight(list(args.rest)).warnings)
-        except ConfigError as exc:
-            sys.exit(fail("config", exc, args.debug))
-    if args.debug:
-        os.environ["HYDRA_FULL_ERROR"] = "1"
-    # Hydra reads the command line without our flags (sweeps/ is on its search path through
-    # config.yaml's hydra.searchpath); its parser would refuse them.
-    sys.argv = [sys.argv[0], *args.rest]
-    main()
+    try:
+        if args.search is not None:
+            sys.exit(search(args.search, list(args.rest), args.n_trials, args.debug))
+        if args.offline == "--eval":
+            sys.exit(lm_eval(list(args.rest), args.debug))
+        if args.offline is not None:
+            sys.exit(offline(args.offline, list(args.rest), args.debug))
+    except KeyboardInterrupt:
+        if args.search is not None:
+            what = "the search stopped; its finished trials are kept"
+        elif args.offline == "--eval":
+            what = "lm-eval stopped; the checkpoints evaluated so far are kept"
+        else:
+            what = "nothing was written"
+        sys.exit(interrupted(f"interrupted: {what}; run the same command again"))
+    sys.exit(run_grid_or_run(args))

@@ -60,6 +60,12 @@ class RunCost(Protocol):
     key: runs with equal keys take the same time per step (measured step times are
     pooled by it); overhead_s: per invocation; setup_key/setup_s/setup_done: a one-time
     set-up shared by runs (the tiny base model's SFT), counted once per grid.
+
+    Optional, for the pre-run free-space check (``fp8rl.experiments.preflight.check_disk``;
+    a cost model without them is not checked): ``checkpoint_bytes`` (one checkpoint),
+    ``disk_bytes(done_steps, checkpoints_on_disk, *, export_hf) -> int`` (the most the run
+    adds to its directory from there on), and ``setup_dir``/``setup_bytes`` (where the
+    set-up is built, and its size).
     """
 
     key: tuple

@@ -377,6 +377,7 @@ def arm_changes(runs: list[tuple[str, Path]]) -> str:
     ``all`` row at both evaluations, are left out. An arm is a label without its ``seed=``.
     Returns "" when no run has a change to show."""
     from fp8rl.analysis.stats import mean_ci  # scipy: only when a grid ends, not at start-up
+
     by_arm: dict[str, list[float]] = {}
     metric = ""
     for label, path in runs:

@@ -94,7 +94,7 @@ log = logging.getLogger(__name__)
 #: Default study file, relative to ``<runs>/<experiment>/`` (a file: ``list_runs`` skips it).
 DEFAULT_STORAGE_FILE = "optuna.db"
 
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=,-]*$")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=,-]*")  # fullmatch: no final newline
 
 
 class SearchSpecError(ValueError):
@@ -393,7 +393,7 @@ class SearchSpec:
 
         for name in ("study_name", "experiment"):
             value = getattr(self, name)
-            if not isinstance(value, str) or not _SAFE_NAME.match(value):
+            if not isinstance(value, str) or not _SAFE_NAME.fullmatch(value):
                 raise bad(
                     f"{name} {value!r} must be letters, digits and ._+=,- (not starting with a dot)"
                 )

@@ -19,7 +19,9 @@ command line, Hydra's override parser, the same cross product:
 While the launcher runs the jobs (sequential, joblib, submitit: any launcher), a thread
 logs a progress line every ``progress_every_s`` seconds from the run store (done / running /
 failed / pending / pruned / stale, elapsed, ETA). At the end it logs the grid's table and
-raises :class:`GridFailed` if any run of the grid is failed, so the command exits non-zero.
+raises :class:`GridFailed` if any run of the grid is failed, damaged or stopped by a full
+disk, so the command exits 1 (``sweep.py`` prints the runs and the command that retries
+them; docs/experiments.md, *Exit status*).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
-from hydra.errors import CompactHydraException, HydraException
+from hydra.errors import HydraException
 from hydra.plugins.launcher import Launcher
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
@@ -44,13 +46,16 @@ from omegaconf.errors import OmegaConfBaseException
 
 from fp8rl.config import check_fields, num
 from fp8rl.experiments.compose import error_message, grid_points
-from fp8rl.experiments.grid import GridPlan, plan_grid
+from fp8rl.experiments.grid import GridPlan, one_line, plan_grid
+from fp8rl.experiments.outcome import EXIT_RUN_FAILED, EXIT_USER_ERROR, RunRef, disk_full_line
 from fp8rl.experiments.progress import grid_report, plan_table, report_table, summary_line, to_text
 from fp8rl.experiments.schema import ConfigError
 from fp8rl.runs import RunStore
 
 __all__ = [
+    "GridConfigError",
     "GridFailed",
+    "GridStop",
     "GridSweeper",
     "GridSweeperConf",
     "batches",
@@ -61,9 +66,30 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class GridFailed(CompactHydraException):
-    """Some runs of the grid are failed or damaged (the message lists them; Hydra prints
-    it without a traceback and exits 1)."""
+class GridStop(SystemExit):
+    """The end of a grid with a message and an exit status (``fp8rl.experiments.outcome``).
+
+    A :class:`SystemExit`, so that Hydra's error report lets it through: that report prints
+    any other exception with a traceback, or a ``CompactHydraException`` with its advice to
+    set ``HYDRA_FULL_ERROR=1`` for a traceback there is none of. ``sweep.py`` prints the
+    message (``str()``) as its last line and exits with ``code``."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(code)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class GridFailed(GridStop):
+    """Some runs of the grid failed, are damaged, or were stopped by a full disk (the
+    message lists them, one a line); ``flags`` are the settings that retry them
+    (``rerun_failed=true``, ``rerun_damaged=true``; none where a plain re-run resumes)."""
+
+    def __init__(self, message: str, flags: Sequence[str] = ()) -> None:
+        super().__init__(message, EXIT_RUN_FAILED)
+        self.flags = tuple(flags)
 
 
 @dataclass
@@ -109,8 +135,11 @@ def launcher_workers(config: DictConfig) -> int:
     return 1
 
 
-class GridConfigError(CompactHydraException):
-    """A grid that cannot run: Hydra prints the message alone (no traceback) and exits 1."""
+class GridConfigError(GridStop):
+    """A grid that cannot run (``sweep.py``'s pre-run check refuses it first)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_USER_ERROR)
 
 
 class GridSweeper(Sweeper):
@@ -180,8 +209,12 @@ class GridSweeper(Sweeper):
     def _groups(self, plan: GridPlan) -> list[tuple[str, str]]:
         return sorted({(str(p.path.parents[1]), p.experiment) for p in plan.points})
 
-    def _log_progress(self, plan: GridPlan, workers: int, table: bool = False) -> list[str]:
-        failed: list[str] = []
+    def _log_progress(
+        self, plan: GridPlan, workers: int, table: bool = False
+    ) -> list[tuple[str, str]]:
+        """Log the grid's progress line (``table``: its table); returns (state, line) for
+        each failed or damaged run."""
+        failed: list[tuple[str, str]] = []
         for runs_dir, experiment in self._groups(plan):
             mine = [
                 p
@@ -202,7 +235,7 @@ class GridSweeper(Sweeper):
             else:
                 log.info("%s", summary_line(report))
             failed += [
-                f"{experiment}/{r.run_id} ({r.label}) {r.state}: {r.reason}"
+                (r.state, f"{experiment}/{r.run_id} ({r.label}) {r.state}: {r.reason}")
                 for r in report.rows
                 if r.state in ("failed", "damaged")
             ]
@@ -242,7 +275,7 @@ class GridSweeper(Sweeper):
         thread = threading.Thread(target=report_periodically, name="grid-progress", daemon=True)
         thread.start()
         returns: list[Sequence[JobReturn]] = []
-        job_failures: list[str] = []
+        job_failures: list[tuple[list[str], BaseException]] = []
         try:
             index = 0
             for batch in chunks:
@@ -251,15 +284,41 @@ class GridSweeper(Sweeper):
                 returns.append(results)
                 for r in results:
                     if r.status == JobStatus.FAILED:
-                        job_failures.append(f"{' '.join(r.overrides or [])}: {r._return_value!r}")
+                        job_failures.append((list(r.overrides or []), r._return_value))
         finally:
             stop.set()
             thread.join(timeout=5)
         failed = self._log_progress(plan, workers, table=True)
         if job_failures or failed:
-            lines = failed or job_failures
-            raise GridFailed(
-                f"{len(lines)} run(s) of the grid failed or are damaged (not re-run without "
-                "rerun_failed=true / rerun_damaged=true):\n" + "\n".join(lines)
-            )
+            raise self._failure(plan, failed, job_failures)
         return returns
+
+    def _failure(
+        self,
+        plan: GridPlan,
+        failed: list[tuple[str, str]],
+        job_failures: list[tuple[list[str], BaseException]],
+    ) -> GridFailed:
+        """The grid's end when runs failed: the store's failed and damaged runs, the runs a
+        full disk stopped (pending: a plain re-run resumes them), and failures of jobs the
+        store does not show as failed."""
+        lines = [line for _, line in failed]
+        flags = [
+            flag
+            for state, flag in (("failed", "rerun_failed=true"), ("damaged", "rerun_damaged=true"))
+            if any(s == state for s, _ in failed)
+        ]
+        by_overrides = {tuple(p.overrides): p for p in plan.points}
+        for overrides, exc in job_failures:
+            point = by_overrides.get(tuple(overrides))
+            ref = RunRef.of(point) if point is not None else None
+            full = disk_full_line(exc, ref) if ref is not None else None
+            if full is not None:
+                lines.append(full)
+            elif not failed:
+                lines.append(f"{' '.join(overrides)}: {one_line(f'{type(exc).__name__}: {exc}')}")
+        return GridFailed(
+            f"{len(lines)} run(s) of the grid failed, are damaged or were stopped:\n"
+            + "\n".join(lines),
+            flags,
+        )

@@ -22,7 +22,13 @@ from fp8rl.runs.checkpoints import (
     restore_rng_state,
     save_checkpoint,
 )
-from fp8rl.runs.errors import CorruptLogError, RunLockedError, RunPruned, RunStoreError
+from fp8rl.runs.errors import (
+    CorruptLogError,
+    RunLockedError,
+    RunPruned,
+    RunStoreError,
+    disk_full_error,
+)
 from fp8rl.runs.exports import (
     HF_EXPORTS_DIR,
     LM_EVAL_DIR,
@@ -41,11 +47,14 @@ from fp8rl.runs.ids import (
 from fp8rl.runs.jsonl import StepLog, read_step_log
 from fp8rl.runs.provenance import collect_provenance
 from fp8rl.runs.store import (
+    DISK_FULL_REASON,
+    EXPERIMENT_NAME_RULE,
     Decision,
     Run,
     RunInfo,
     RunStatus,
     RunStore,
+    check_experiment_name,
     has_run_files,
     list_runs,
     to_records,
@@ -53,6 +62,8 @@ from fp8rl.runs.store import (
 from fp8rl.runs.summary import RunSummary
 
 __all__ = [
+    "DISK_FULL_REASON",
+    "EXPERIMENT_NAME_RULE",
     "HF_EXPORTS_DIR",
     "LM_EVAL_DIR",
     "LM_EVAL_FILE",
@@ -77,9 +88,11 @@ __all__ = [
     "atomic_write_text",
     "canonical_json",
     "capture_rng_state",
+    "check_experiment_name",
     "checkpoint_step",
     "collect_provenance",
     "config_sha256",
+    "disk_full_error",
     "flatten_config",
     "has_run_files",
     "hf_export_dir",

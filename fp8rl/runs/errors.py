@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 
@@ -45,3 +46,29 @@ class RunPruned(Exception):
         self.reason = reason
         self.step = step
         super().__init__(reason)
+
+
+#: What a full disk (or an exhausted quota) says, in an exception's text where a library
+#: re-raised it as something else (torch's ``inline_container.cc ... unexpected pos``).
+_DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+_DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded")
+
+
+def disk_full_error(exc: BaseException | None) -> BaseException | None:
+    """The exception in ``exc``'s chain (itself, then its ``__cause__``/``__context__``,
+    depth first) that says the disk is full: an :class:`OSError` with ``errno`` ENOSPC or
+    EDQUOT, else one whose text says so. None when nothing in the chain does."""
+    seen: set[int] = set()
+    stack = [exc]
+    by_text: BaseException | None = None
+    while stack:
+        current = stack.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _DISK_FULL_ERRNOS:
+            return current
+        if by_text is None and any(text in str(current) for text in _DISK_FULL_TEXT):
+            by_text = current
+        stack += [current.__context__, current.__cause__]  # the cause is looked at first
+    return by_text

@@ -28,8 +28,10 @@ Layout (``DESIGN.md``, "The run store")::
 
 Only ``start`` and ``resume`` hold the lock and may write. Leaving the ``with``
 block marks a still-``running`` run ``pruned`` on :class:`RunPruned` (a search
-stopped it; the reason is the exception's), ``failed`` on any other exception,
-``pending`` on KeyboardInterrupt/SystemExit or when left without a final status.
+stopped it; the reason is the exception's), ``pending`` on KeyboardInterrupt/SystemExit,
+on a full disk (an ENOSPC anywhere in the exception's chain, :func:`disk_full_error`:
+nothing is wrong with the run, so a plain re-run resumes it once there is space) or when
+left without a final status, and ``failed`` on any other exception.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ from fp8rl.runs.checkpoints import (
     load_checkpoint,
     save_checkpoint,
 )
-from fp8rl.runs.errors import RunLockedError, RunPruned, RunStoreError
+from fp8rl.runs.errors import RunLockedError, RunPruned, RunStoreError, disk_full_error
 from fp8rl.runs.ids import (
     RESULTS_VERSION,
     config_sha256,
@@ -104,7 +106,16 @@ SAMPLES_DIR = "samples"
 CHECKPOINTS_DIR = "checkpoints"
 REPAIRS_DIR = "repairs"  # what a repair replaced: repairs/<time>/{metrics.jsonl,...}
 
-_EXPERIMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=,-]*$")
+#: The reason of a run stopped by a full disk (status ``pending``: resumable as it is).
+DISK_FULL_REASON = "stopped: no space left on device"
+DISK_FULL_ADVICE = "free space, then run the same command again to resume it"
+
+#: One path component: matched with ``fullmatch`` (``$`` would also match before a final
+#: newline, and a name ending in one would become a directory named with it).
+_EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=,-]*")
+EXPERIMENT_NAME_RULE = (
+    "one path component of letters, digits and ._+=,- (starting with a letter or digit)"
+)
 
 
 class RunStatus(StrEnum):
@@ -251,12 +262,12 @@ def _status_of(record: Mapping[str, Any], path: Path) -> RunStatus:
         raise RunStoreError(f"{path / STATUS_FILE} has no valid status") from None
 
 
-def _validate_experiment(experiment: str) -> None:
-    if not isinstance(experiment, str) or not _EXPERIMENT_NAME.match(experiment):
-        raise ValueError(
-            f"experiment name {experiment!r} must be one path component of letters, digits "
-            "and ._+=,- (not starting with a dot)"
-        )
+def check_experiment_name(experiment: str) -> None:
+    """ValueError unless ``experiment`` is a name the store accepts: one path component of
+    letters, digits and ``._+=,-``, starting with a letter or digit (so no ``/``, no
+    ``..``, no absolute path, no whitespace or newline), the whole string."""
+    if not isinstance(experiment, str) or not _EXPERIMENT_NAME.fullmatch(experiment):
+        raise ValueError(f"experiment name {experiment!r} must be {EXPERIMENT_NAME_RULE}")
 
 
 class Run:
@@ -437,16 +448,20 @@ class Run:
 
     def close(self, exc: BaseException | None = None) -> None:
         """Release the lock; a still-running run becomes pruned (on :class:`RunPruned`),
-        failed (on any other exception) or pending (interrupt, or no exception)."""
+        pending (a full disk: :data:`DISK_FULL_REASON`, resumed by a plain re-run once there
+        is space; an interrupt; no exception) or failed (any other exception)."""
         if not self.writable:
             return
         try:
             if self.status.get("status") == RunStatus.RUNNING:
+                full = disk_full_error(exc) if isinstance(exc, Exception) else None
                 if exc is None:
                     logger.warning("%r closed while running; marking it pending", self)
                     self.mark(RunStatus.PENDING, "closed without a final status")
                 elif isinstance(exc, RunPruned):
                     self.mark(RunStatus.PRUNED, exc.reason[:2000])
+                elif full is not None:
+                    self._mark_disk_full(full)
                 elif isinstance(exc, Exception):
                     self.mark(RunStatus.FAILED, f"{type(exc).__name__}: {exc}"[:2000])
                 else:
@@ -454,6 +469,17 @@ class Run:
         finally:
             assert self._lock is not None
             self._lock.release()
+
+    def _mark_disk_full(self, full: BaseException) -> None:
+        try:
+            self.mark(RunStatus.PENDING, f"{DISK_FULL_REASON} ({full}); {DISK_FULL_ADVICE}")
+        except OSError as again:  # the status itself may not fit on the full disk
+            logger.warning(
+                "%r: could not record the full disk (%s); it stays 'running', and the next "
+                "call resumes it as a crashed run",
+                self,
+                again,
+            )
 
     def __enter__(self) -> Run:
         return self
@@ -576,7 +602,7 @@ class RunStore:
         return f"RunStore({str(self.root)!r}, results_version={self.results_version})"
 
     def experiment_dir(self, experiment: str) -> Path:
-        _validate_experiment(experiment)
+        check_experiment_name(experiment)
         return self.root / experiment
 
     def run_id(self, config: Any) -> str:
@@ -598,7 +624,7 @@ class RunStore:
         if not self.root.is_dir():
             return []
         return sorted(
-            p.name for p in self.root.iterdir() if p.is_dir() and _EXPERIMENT_NAME.match(p.name)
+            p.name for p in self.root.iterdir() if p.is_dir() and _EXPERIMENT_NAME.fullmatch(p.name)
         )
 
     # ------------------------------------------------------------------ opening

@@ -9,10 +9,12 @@ from pathlib import Path
 
 from fp8rl.config import ClusterConfig, RunConfig
 from fp8rl.runs import RunStatus, RunStore, RunSummary
+from fp8rl.tiny.model import get_preset
 from fp8rl.tiny.noise import noise_probe
 from fp8rl.tiny.settings import resolve_reporting_unused, sft_config
 from fp8rl.tiny.sft import SHIPPED_DIR, base_model_key, default_cache_dir
-from fp8rl.tiny.train import StepHook, train
+from fp8rl.tiny.tokenizer import VOCAB_SIZE_PADDED
+from fp8rl.tiny.train import StepHook, export_steps, train
 
 __all__ = ["DEFAULT_STEP_S", "TinyBackend", "TinyCost"]
 
@@ -26,6 +28,23 @@ ROLLOUT_SHARE = 0.35  # share of a step spent generating (measured 0.20 of 0.56 
 RUN_OVERHEAD_S = 15.0  # process start, imports (~7 s), base-model load, first eval set-up
 #: SFT seconds per training example (tiny-s: 249.7 s for 600 x 64 examples).
 SFT_S_PER_EXAMPLE = {"tiny-test": 0.002, "tiny-s": 0.0065, "tiny-m": 0.016, "tiny-l": 0.024}
+#: A checkpoint's bytes per model parameter: the FP32 master weights and AdamW's two FP32
+#: moments. Measured (``torch.save`` files of real runs, steps 1-2, BF16 and blockwise with
+#: calibrated clipping alike): tiny-test 5,169,141 B for 427,136 parameters, tiny-s
+#: 9,926,277 B for 821,376, i.e. 12 B per parameter plus 44-70 kB of RNG streams,
+#: calibrator state and zip records (:data:`CHECKPOINT_OVERHEAD_BYTES` covers that).
+CHECKPOINT_BYTES_PER_PARAM = 12
+CHECKPOINT_OVERHEAD_BYTES = 256 * 1024
+#: An HF export's bytes per parameter (``model.safetensors`` of FP32 master weights; the
+#: tiny-test run's: 1,711,152 B for 427,136 parameters) and its other files (8.7 kB).
+EXPORT_BYTES_PER_PARAM = 4
+EXPORT_OVERHEAD_BYTES = 64 * 1024
+#: Logs per training step: one ``metrics.jsonl`` line (measured 8.3-9.2 kB) and a share of
+#: ``eval.jsonl``, ``status.json`` and the like, with room to spare.
+LOG_BYTES_PER_STEP = 16 * 1024
+#: A sample dump's bytes per dumped response token (measured 150-194 B, prompts included:
+#: 14.5-18.6 kB for 4 responses of 24 tokens).
+SAMPLE_BYTES_PER_TOKEN = 512
 
 
 class TinyCost:
@@ -47,11 +66,22 @@ class TinyCost:
         return base_model_key(sft_config(self.cfg))
 
     @property
+    def setup_dir(self) -> Path:
+        """Where the set-up is built: the base-model cache."""
+        return Path(self.cache_dir) if self.cache_dir else default_cache_dir()
+
+    @property
     def setup_done(self) -> bool:
         """The base model is in the cache, or shipped with the repository (which
         ``build_base_model`` loads before it would build)."""
-        cache = Path(self.cache_dir) if self.cache_dir else default_cache_dir()
-        return any((d / self.setup_key / "config.json").is_file() for d in (cache, SHIPPED_DIR))
+        return any(
+            (d / self.setup_key / "config.json").is_file() for d in (self.setup_dir, SHIPPED_DIR)
+        )
+
+    @property
+    def setup_bytes(self) -> int:
+        """The base model's size in the cache (an HF export of its FP32 weights)."""
+        return EXPORT_BYTES_PER_PARAM * self.params + EXPORT_OVERHEAD_BYTES
 
     @property
     def setup_s(self) -> float:
@@ -80,6 +110,54 @@ class TinyCost:
             return self.overhead_s + cfg.probe_rounds * step_s
         frac = remaining_steps / max(cfg.steps, 1)
         return self.overhead_s + remaining_steps * step_s + frac * self._eval_s(step_s)
+
+    @functools.cached_property
+    def params(self) -> int:
+        """Parameters of the run's model (embedding and LM head at the padded vocabulary)."""
+        return get_preset(self.cfg.model.preset).num_params(VOCAB_SIZE_PADDED)
+
+    @property
+    def checkpoint_bytes(self) -> int:
+        """The size of one of the run's checkpoints (an estimate: see
+        :data:`CHECKPOINT_BYTES_PER_PARAM`)."""
+        return CHECKPOINT_BYTES_PER_PARAM * self.params + CHECKPOINT_OVERHEAD_BYTES
+
+    def checkpoints_written(self, done_steps: int) -> int:
+        """How many checkpoints the run writes after step ``done_steps``: one every
+        ``train.checkpoint_every`` steps and one at the last step."""
+        cfg = self.cfg
+        if cfg.task != "train" or done_steps >= cfg.steps:
+            return 0
+        every = cfg.train.checkpoint_every
+        periodic = cfg.steps // every - done_steps // every if every else 0
+        return periodic + (not every or cfg.steps % every != 0)
+
+    def disk_bytes(
+        self, done_steps: int = 0, checkpoints_on_disk: int = 0, *, export_hf: bool = False
+    ) -> int:
+        """What the run adds to its directory from step ``done_steps`` on, holding
+        ``checkpoints_on_disk`` already, by its end: the checkpoints it keeps
+        (``keep_checkpoints``), with ``export_hf`` the HF exports of the evaluated steps
+        still to come, and its logs and sample dumps. (While a checkpoint is written the
+        oldest is still there: one more checkpoint, which the caller counts once per run
+        at a time.)"""
+        cfg = self.cfg
+        if cfg.task != "train":
+            return LOG_BYTES_PER_STEP
+        keep = cfg.train.keep_checkpoints
+        on_disk = min(checkpoints_on_disk, keep)
+        kept = min(keep, on_disk + self.checkpoints_written(done_steps)) - on_disk
+        total = max(0, kept) * self.checkpoint_bytes
+        if export_hf:
+            exports = [
+                s for s in export_steps(cfg) if s > done_steps or (s == 0 and done_steps == 0)
+            ]
+            total += len(exports) * (EXPORT_BYTES_PER_PARAM * self.params + EXPORT_OVERHEAD_BYTES)
+        remaining = cfg.steps - min(done_steps, cfg.steps)
+        every = cfg.train.dump_samples_every
+        dumps = cfg.steps // every - min(done_steps, cfg.steps) // every if every else 0
+        dump = cfg.train.dump_samples * cfg.rollout.max_new_tokens * SAMPLE_BYTES_PER_TOKEN
+        return total + remaining * LOG_BYTES_PER_STEP + dumps * dump
 
     def _eval_s(self, step_s: float) -> float:
         cfg, ev = self.cfg, self.cfg.eval

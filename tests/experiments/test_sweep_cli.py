@@ -95,6 +95,7 @@ def sequential(tmp_path_factory: pytest.TempPathFactory, cache: Path) -> dict:
     return {
         "tmp": tmp,
         "root": root,
+        "cache": cache,
         "first": first,
         "before": before,
         "after_dry": after_dry,
@@ -128,6 +129,11 @@ def test_rerun_skips_done_resumes_interrupted_reports_failed(sequential: dict) -
     assert rerun.returncode == 1, rerun.stdout + rerun.stderr
     assert "1 run(s) of the grid failed" in rerun.stderr
     assert "RuntimeError: injected by the test" in rerun.stderr
+    assert "HYDRA_FULL_ERROR" not in rerun.stderr
+    command = " ".join(["-m", *GRID, *where(sequential["root"], sequential["cache"])])
+    assert rerun.stderr.splitlines()[-1] == (
+        f"retry them with: python sweep.py {command} rerun_failed=true"
+    )
     after = sequential["after_rerun"]
     # finished runs untouched: the same files with the same bytes and mtimes
     assert after[a.run_id] == sequential["before"][a.run_id]

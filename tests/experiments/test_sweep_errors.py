@@ -6,13 +6,12 @@ is re-run only when asked, and the re-run is checked against what it had finishe
 from __future__ import annotations
 
 import runpy
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from sweep_cli import sweep
+from sweep_cli import sweep, sweep_here
 
 from fp8rl.experiments.compose import compose
 from fp8rl.experiments.dispatch import run_one
@@ -29,25 +28,6 @@ def tree(root: Path) -> dict[str, bytes]:
         str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>"
         for p in sorted(root.rglob("*"))
     }
-
-
-def sweep_here(
-    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], *args: str
-) -> subprocess.CompletedProcess:
-    """sweep.py run as ``__main__`` in this process (for commands that end before Hydra
-    starts: no interpreter start-up per case), with the exit status a shell would see."""
-    monkeypatch.setattr(sys, "argv", [str(REPO / "sweep.py"), *args])
-    capfd.readouterr()
-    code: int | str | None = 0
-    try:
-        runpy.run_path(str(REPO / "sweep.py"), run_name="__main__")
-    except SystemExit as stop:
-        code = stop.code
-    if isinstance(code, str):  # sys.exit("message"): the interpreter prints it, status 1
-        print(code, file=sys.stderr)
-        code = 1
-    out = capfd.readouterr()
-    return subprocess.CompletedProcess(args, code or 0, out.out, out.err)
 
 
 @pytest.mark.parametrize(
@@ -80,6 +60,13 @@ def sweep_here(
         (["--search", "nope.yaml"], "no such spec file: nope.yaml", 1),
         (["--search", SPEC, "--n-trials", "abc"], "need a whole number of trials >= 1", 1),
         (["--search", SPEC, "runs_dir={afile}"], "runs_dir={afile} is a file", 1),
+        (["experiment_name=/abs/path"], "experiment_name='/abs/path' must be one path", 1),
+        (["experiment_name=foo/../../x"], "experiment_name='foo/../../x' must be one path", 1),
+        (["experiment_name='foo\n'"], "experiment_name='foo\\n' must be one path", 1),
+        (["--status", "experiment_name=.."], "experiment_name='..' must be one path", 1),
+        (["runs_dir={dangling}"], "runs_dir={dangling} is a dangling symlink ({dangling} ->", 0),
+        (["runs_dir={dangling}/x"], "runs_dir={dangling}/x lies under a dangling symlink", 1),
+        (["cache_dir={dangling}"], "cache_dir={dangling} is a dangling symlink", 1),
     ],
 )
 def test_a_user_error_is_one_line_and_writes_nothing(
@@ -96,17 +83,20 @@ def test_a_user_error_is_one_line_and_writes_nothing(
     (runs / "test" / "keep.txt").write_text("results someone cares about")
     afile = tmp_path / "afile"
     afile.write_text("not a directory")
-    args = [a.format(afile=afile) for a in args]
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "gone")
+    paths = {"afile": afile, "dangling": dangling}
+    args = [a.format(**paths) for a in args]
     before = tree(tmp_path)
     where = [] if any(a.startswith("runs_dir=") for a in args) else [f"runs_dir={runs}"]
     argv = [*args, "+experiment=test", *where]
-    out = sweep_here(monkeypatch, capfd, *argv) if here else sweep(REPO, *argv)
+    out = sweep_here(monkeypatch, capfd, *argv) if here else sweep(tmp_path, *argv)
     assert out.returncode == 2, out.stderr
     assert out.stdout == ""
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
-    assert expected.format(afile=afile) in lines[0]
-    assert tree(tmp_path) == before  # no run directory, no Hydra log folder
+    assert expected.format(**paths) in lines[0]
+    assert tree(tmp_path) == before  # no run directory, no Hydra log folder, nothing else
 
 
 def test_a_plan_over_a_day_is_warned_about_before_anything_starts(
@@ -158,9 +148,12 @@ def test_a_grid_with_a_damaged_run_runs_the_others(tmp_path: Path, cache: Path) 
     grid = sweep(tmp_path, "-m", *common, "seed=0,1,2")
     assert grid.returncode == 1
     assert "Traceback" not in grid.stderr
-    assert "1 run(s) of the grid failed or are damaged" in grid.stderr
-    assert f"{cut.name} (seed=0) damaged: metrics.jsonl ends in a cut line" in grid.stderr
-    assert "rerun_damaged=true" in grid.stderr
+    assert "HYDRA_FULL_ERROR" not in grid.stderr  # no advice about a traceback not printed
+    lines = grid.stderr.strip().splitlines()
+    assert lines[0] == "sweep.py: 1 run(s) of the grid failed, are damaged or were stopped:"
+    assert f"{cut.name} (seed=0) damaged: metrics.jsonl ends in a cut line" in lines[1]
+    retry = f"retry them with: python sweep.py -m {' '.join(common)} seed=0,1,2 rerun_damaged=true"
+    assert lines[2:] == [retry]
     store = RunStore(root)
     states = {i.run_id: i.status for i in store.list_runs("test")}
     assert states.pop(cut.name) is RunStatus.DAMAGED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from fp8rl.runs import (
+    DISK_FULL_REASON,
     Decision,
     RunPruned,
     RunStatus,
@@ -102,6 +104,54 @@ def test_failed_runs_are_rerun_only_when_asked(store: RunStore) -> None:
         assert again.read_metrics().steps == [0]
         assert "after status failed (ZeroDivisionError" in again.status["reason"]
         again.mark("done")
+
+
+def _torch_disk_full() -> RuntimeError:
+    """What ``torch.save`` raises on a full disk (as seen saving into /dev/full): a
+    RuntimeError raised while handling the OSError."""
+    try:
+        try:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError:
+            raise RuntimeError(  # noqa: B904 - torch chains it implicitly
+                "[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"
+            )
+    except RuntimeError as exc:
+        return exc
+
+
+def test_a_full_disk_leaves_the_run_pending_and_a_plain_rerun_resumes_it(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(RuntimeError, match="unexpected pos"), store.open_run("exp", CONFIG) as run:
+        run.log_metrics(1, {"x": 1.0})
+        run.save_checkpoint(1, {"x": 1})
+        run.log_metrics(2, {"x": 2.0})
+        raise _torch_disk_full()
+    assert run.status["status"] == "pending"
+    assert run.status["reason"] == (
+        f"{DISK_FULL_REASON} ([Errno 28] No space left on device); free space, then run the "
+        "same command again to resume it"
+    )
+    with store.open_run("exp", CONFIG) as again:  # no rerun_failed needed
+        assert again.decision is Decision.RESUME and again.resume_step == 1
+        assert again.read_metrics().steps == [1]
+        again.mark("done")
+
+    # the disk is so full that the status cannot be written either: the run's own error
+    # propagates, the run stays "running" with its lock free, and resumes as a crashed run
+    other = _config(seed=8)
+
+    def no_room(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(RuntimeError, match="unexpected pos"), store.open_run("exp", other) as run:
+        run.save_checkpoint(0, {"x": 0})
+        monkeypatch.setattr("fp8rl.runs.store.atomic_write_json", no_room)
+        raise _torch_disk_full()
+    monkeypatch.undo()
+    assert run.status["status"] == "running"
+    assert store.open_run("exp", other).decision is Decision.RESUME
 
 
 def test_pruned_runs_are_never_rerun(store: RunStore) -> None:
@@ -317,9 +367,10 @@ def test_omegaconf_configs_are_stored_resolved(store: RunStore) -> None:
 
 
 def test_experiment_names_must_be_one_safe_path_component(store: RunStore) -> None:
-    for bad in ("", "../up", "a/b", ".hidden"):
+    for bad in ("", "../up", "a/b", ".hidden", "..", "/abs/path", "foo/../../x", "name\n"):
         with pytest.raises(ValueError, match="experiment name"):
             store.open_run(bad, CONFIG)
+    assert not any(store.root.glob("*"))  # "name\n" matched `^...$` and was created
 
 
 def test_list_runs_gives_flat_records_for_pandas(store: RunStore) -> None:

@@ -1,10 +1,58 @@
-"""The tiny backend's cost model: a base model shipped in data/base_models needs no build."""
+"""The tiny backend's cost model: its disk estimate against the files a real run writes, and
+a base model shipped in data/base_models counted as no build."""
+
+from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from fp8rl.config import RunConfig, override
-from fp8rl.tiny.backend import TinyBackend
+from fp8rl.runs import RunStore, list_checkpoints
+from fp8rl.tiny.backend import LOG_BYTES_PER_STEP, TinyBackend, TinyCost
 from fp8rl.tiny.sft import SHIPPED_DIR
+from fp8rl.tiny.train import train
+
+from quick_runs import quick
+
+
+def _bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def test_the_disk_estimate_covers_what_a_real_run_writes(tmp_path: Path, cache: Path) -> None:
+    cfg = quick(steps=3, **{"train.checkpoint_every": 1, "train.keep_checkpoints": 2})
+    cost = TinyCost(cfg, cache)
+    summary = train(cfg, RunStore(tmp_path), "t", cache_dir=cache)
+    assert summary.status == "done"
+    kept = list_checkpoints(summary.path / "checkpoints")
+    assert [s for s, _ in kept] == [2, 3]
+    size = kept[-1][1].stat().st_size
+    assert size <= cost.checkpoint_bytes <= 1.1 * size  # 12 B a parameter, and a margin
+    written = _bytes(summary.path)
+    # the run's directory by its end, and while the third checkpoint was being written
+    assert written <= cost.disk_bytes() <= written + 2 * cost.checkpoint_bytes
+    assert cost.disk_bytes() + cost.checkpoint_bytes >= written + size
+
+
+@pytest.mark.parametrize(
+    ("steps", "every", "done", "written"),
+    [(10, 5, 0, 2), (12, 5, 0, 3), (12, 0, 0, 1), (12, 5, 5, 2), (12, 5, 12, 0), (4, 1, 2, 2)],
+)
+def test_checkpoints_written_counts_the_periodic_ones_and_the_last(
+    steps: int, every: int, done: int, written: int
+) -> None:
+    cost = TinyCost(quick(steps=steps, **{"train.checkpoint_every": every}), None)
+    assert cost.checkpoints_written(done) == written
+
+
+def test_a_resumed_run_needs_only_what_it_adds() -> None:
+    cfg = quick(steps=20, **{"train.checkpoint_every": 5, "train.keep_checkpoints": 2})
+    cost = TinyCost(cfg, None)
+    one = cost.checkpoint_bytes
+    assert cost.disk_bytes(20, 2) == 0  # done: nothing more
+    assert cost.disk_bytes(0, 0) - cost.disk_bytes(10, 2) == 2 * one + 10 * LOG_BYTES_PER_STEP
+    assert cost.disk_bytes(10, 2, export_hf=True) > cost.disk_bytes(10, 2)
 
 
 def test_a_shipped_base_model_is_not_counted_as_a_build(tmp_path: Path) -> None:
