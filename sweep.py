@@ -28,11 +28,20 @@ stderr saying what is left and the command to type next.
 
 from __future__ import annotations
 
+import sys
+
+#: A first line within the first second: importing torch, transformers and Hydra, then
+#: composing and planning every run, takes seconds (minutes on a loaded machine) before the
+#: plan or any progress can be shown.
+if __name__ == "__main__" and not {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info",
+                                   "-i"} & {a.split("=")[0] for a in sys.argv[1:]}:  # fmt: skip
+    print("sweep.py: loading, then checking every run before anything starts ...",
+          file=sys.stderr, flush=True)  # fmt: skip
+
 import argparse
 import logging
 import os
 import signal
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -71,7 +80,13 @@ from fp8rl.experiments.outcome import (
     interrupted_line,
 )
 from fp8rl.experiments.preflight import check_runs_dir, preflight
-from fp8rl.experiments.progress import grid_report, launch_details, plan_table, report_table
+from fp8rl.experiments.progress import (
+    format_seconds,
+    grid_report,
+    launch_details,
+    plan_table,
+    report_table,
+)
 from fp8rl.experiments.run_report import run_summary
 from fp8rl.experiments.schema import ConfigError, register_configs
 from fp8rl.experiments.search import SearchSpecError, load_search_spec, run_search
@@ -402,6 +417,8 @@ def run_grid_or_run(args: HarnessArgs) -> int:
                 return fail("config", exc, args.debug)
             warn(checked.warnings)
             plan = checked.plan
+            if not checked.multirun:  # a grid prints its plan table (GridSweeper)
+                print(f"sweep.py: {plan_line(plan)}", file=sys.stderr, flush=True)
         if args.debug:
             os.environ["HYDRA_FULL_ERROR"] = "1"
         # Hydra reads the command line without our flags (sweeps/ is on its search path
@@ -418,6 +435,19 @@ def run_grid_or_run(args: HarnessArgs) -> int:
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while the store is read
         return interrupted(interrupted_line(plan, STARTED))
+
+
+def plan_line(plan: GridPlan) -> str:
+    """A single run's plan in one line: what happens to it, its steps, its estimate."""
+    p = plan.points[0]
+    what = {"skip": "done already (skipped)", "resume": f"resume from step {p.done_steps}"}
+    line = f"{p.experiment}/{p.run_id}: {what.get(p.action, p.action)}"
+    if p.est_s:
+        source = "measured" if p.cost_source.startswith("measured") else "estimated"
+        line += f", {p.steps - p.done_steps} steps, {source} {format_seconds(plan.total_s)}"
+        if plan.base_build_s:
+            line += f" (of which {format_seconds(plan.base_build_s)} to build its base model)"
+    return line
 
 
 def interrupted(line: str) -> int:

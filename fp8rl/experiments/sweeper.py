@@ -49,6 +49,7 @@ from fp8rl.experiments.compose import error_message, grid_points
 from fp8rl.experiments.grid import GridPlan, one_line, plan_grid
 from fp8rl.experiments.outcome import EXIT_RUN_FAILED, EXIT_USER_ERROR, RunRef, disk_full_line
 from fp8rl.experiments.progress import grid_report, plan_table, report_table, summary_line, to_text
+from fp8rl.experiments.run_report import arm_changes
 from fp8rl.experiments.schema import ConfigError
 from fp8rl.runs import RunStore
 
@@ -289,6 +290,11 @@ class GridSweeper(Sweeper):
             stop.set()
             thread.join(timeout=5)
         failed = self._log_progress(plan, workers, table=True)
+        changes = arm_changes(
+            [(plan.label(p), p.path) for p in plan.points if p.runs or p.action == "skip"]
+        )
+        if changes:
+            log.info("\n%s", changes)
         if job_failures or failed:
             raise self._failure(plan, failed, job_failures)
         return returns
