@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import sys
 
-#: A first line within the first second: importing torch, transformers and Hydra, then
-#: composing and planning every run, takes seconds (minutes on a loaded machine) before the
-#: plan or any progress can be shown.
-if __name__ == "__main__" and not {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info",
-                                   "-i"} & {a.split("=")[0] for a in sys.argv[1:]}:  # fmt: skip
+#: A first line within the first second, for a person at a terminal: importing torch,
+#: transformers and Hydra, then composing and planning every run, takes seconds (minutes on
+#: a loaded machine) before the plan or any progress can be shown. Pipes and logs get the
+#: plan line (stdout) and Hydra's log instead; stderr keeps the one-line errors.
+if __name__ == "__main__" and sys.stderr.isatty() and not {
+        "--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i"
+} & {a.split("=")[0] for a in sys.argv[1:]}:  # fmt: skip
     print("sweep.py: loading, then checking every run before anything starts ...",
           file=sys.stderr, flush=True)  # fmt: skip
 
@@ -418,7 +420,7 @@ def run_grid_or_run(args: HarnessArgs) -> int:
             warn(checked.warnings)
             plan = checked.plan
             if not checked.multirun:  # a grid prints its plan table (GridSweeper)
-                print(f"sweep.py: {plan_line(plan)}", file=sys.stderr, flush=True)
+                print(f"sweep.py: {plan_line(plan)}", flush=True)
         if args.debug:
             os.environ["HYDRA_FULL_ERROR"] = "1"
         # Hydra reads the command line without our flags (sweeps/ is on its search path
