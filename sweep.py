@@ -26,17 +26,44 @@ Exit status (the table is docs/experiments.md, *Exit status*; ``fp8rl.experiment
 stderr saying what is left and the command to type next.
 """
 
+# ruff: noqa: E402 (the flag list and a first line come before the slow imports)
 from __future__ import annotations
 
 import sys
+
+#: Hydra's flags that change what it does (help, printing the config, another config
+#: root): with them, sweep.py hands the command line to Hydra unchecked.
+_HYDRA_INFO_FLAGS = (
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--cfg",
+    "-c",
+    "--info",
+    "-i",
+    "--shell-completion",
+    "-sc",
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "--config-dir",
+    "-cd",
+    "--experimental-rerun",
+    "--resolve",
+    "--package",
+    "-p",
+)
 
 #: A first line within the first second, for a person at a terminal: importing torch,
 #: transformers and Hydra, then composing and planning every run, takes seconds (minutes on
 #: a loaded machine) before the plan or any progress can be shown. Pipes and logs get the
 #: plan line (stdout) and Hydra's log instead; stderr keeps the one-line errors.
-if __name__ == "__main__" and sys.stderr.isatty() and not {
-        "--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i"
-} & {a.split("=")[0] for a in sys.argv[1:]}:  # fmt: skip
+if (
+    __name__ == "__main__"
+    and sys.stderr.isatty()
+    and not any(a.split("=")[0] in _HYDRA_INFO_FLAGS for a in sys.argv[1:])
+):
     print("sweep.py: loading, then checking every run before anything starts ...",
           file=sys.stderr, flush=True)  # fmt: skip
 
@@ -101,29 +128,6 @@ log = logging.getLogger("sweep")
 
 #: sweep.py's own flags (:func:`parse_args`), read before Hydra, which never sees them.
 _FLAGS = ("--search", "--n-trials", "--status", "--dry-run", "--eval", "--debug")
-#: Hydra's flags that change what it does (help, printing the config, another config
-#: root): with them, sweep.py hands the command line to Hydra unchecked.
-_HYDRA_INFO_FLAGS = (
-    "--help",
-    "-h",
-    "--hydra-help",
-    "--cfg",
-    "-c",
-    "--info",
-    "-i",
-    "--shell-completion",
-    "-sc",
-    "--config-path",
-    "-cp",
-    "--config-name",
-    "-cn",
-    "--config-dir",
-    "-cd",
-    "--experimental-rerun",
-    "--resolve",
-    "--package",
-    "-p",
-)
 _SPEC_EXAMPLE = "sweeps/hparams_search/calibration.yaml"
 
 
@@ -272,11 +276,12 @@ def lm_eval(overrides: list[str], debug: bool = False) -> int:
         try:
             run_stage(stage, on_start=started, on_done=finished)
         except Exception as exc:
-            if disk_full_error(exc) is None or debug:
+            full = disk_full_error(exc)
+            if full is None or debug:
                 raise  # a failed evaluation: its traceback, status 1
             done = f"{len(evaluated)} of {len(todo)} checkpoints evaluated now"
             return say(
-                f"no space left on device: {disk_full_error(exc)}; {done} (kept); free "
+                f"no space left on device: {full}; {done} (kept); free "
                 "space, then run the same command again to evaluate the rest",
                 EXIT_RUN_FAILED,
             )
