@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fp8rl.numerics.registry import RECIPES
+
 __all__ = ["DEFAULT_ROLLOUT", "TABLE2_ARMS", "arm_of", "granularity_of"]
 
-#: The rollout scaling each FP8 training recipe pairs with in the paper's Table 2
-#: (experiments/conf/granularity/*.yaml).
+#: The rollout scaling each shipped FP8 training recipe pairs with in the paper's Table 2
+#: (experiments/conf/granularity/*.yaml), from the recipe registry.
 DEFAULT_ROLLOUT: dict[str, str] = {
-    "tensorwise": "tensor",
-    "rowwise": "channel",
-    "blockwise": "block",
+    d.name: d.rollout for d in RECIPES.values() if d.is_fp8 and d.rollout is not None
 }
 
 #: Table 2's rows, in the paper's order.
@@ -45,9 +45,11 @@ def _get(config: Mapping[str, Any], dotted: str) -> Any:
 
 
 def granularity_of(config: Mapping[str, Any]) -> str | None:
-    """The FP8 training granularity (``tensorwise``/``rowwise``/``blockwise``), or None."""
+    """The FP8 training recipe (``tensorwise``/``rowwise``/``blockwise``/any registered FP8
+    recipe), or None."""
     training = _get(config, "granularity.training")
-    return training if training in DEFAULT_ROLLOUT else None
+    decl = RECIPES.get(training) if isinstance(training, str) else None
+    return training if decl is not None and decl.is_fp8 else None
 
 
 def arm_of(config: Mapping[str, Any]) -> str:
@@ -70,9 +72,10 @@ def arm_of(config: Mapping[str, Any]) -> str:
         if rollout is not None and rollout != "block":
             label += f" ({rollout} rollout)"
         label += " + CC (control)" if cc else ""
-    elif training in DEFAULT_ROLLOUT:
-        label = f"{training.capitalize()} FP8{cc}"
-        if rollout != DEFAULT_ROLLOUT[training]:
+    elif training in RECIPES and RECIPES[training].is_fp8:
+        decl = RECIPES[training]
+        label = f"{decl.label}{cc}"
+        if rollout != decl.rollout:
             label += f" ({rollout or 'BF16'} rollout)"
     else:
         label = f"{training} training{cc}"

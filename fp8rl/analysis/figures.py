@@ -32,6 +32,7 @@ import pandas as pd
 
 from fp8rl.analysis.arms import TABLE2_ARMS
 from fp8rl.analysis.curves import detect_surges
+from fp8rl.numerics.registry import RECIPES
 
 __all__ = [
     "Figure",
@@ -47,15 +48,21 @@ __all__ = [
     "save_figure",
 ]
 
-#: Okabe-Ito colours, ordered so neighbouring arms also differ in lightness.
-_SHADES = {
-    "BF16": "#000000",
-    "FP8 rollout": "#999999",
-    "Tensorwise": "#D55E00",
-    "Rowwise": "#0072B2",
-    "Blockwise": "#009E73",
-}
-_MARKERS = {"BF16": "o", "FP8 rollout": "x", "Tensorwise": "^", "Rowwise": "s", "Blockwise": "D"}
+#: The FP8-rollout arm's style (not a training recipe); every recipe's colour (Okabe-Ito,
+#: ordered so neighbouring arms also differ in lightness) and marker is its registry entry.
+_ROLLOUT_STYLE = ("#999999", "x")
+
+
+def _family_style(arm: str) -> tuple[str, str]:
+    """Colour and marker of the recipe whose label an arm label starts with (the longest
+    wins; BF16's for anything else)."""
+    if arm.startswith("FP8 rollout"):
+        return _ROLLOUT_STYLE
+    for decl in sorted(RECIPES.values(), key=lambda d: -len(d.label)):
+        if arm == decl.label or arm.startswith(decl.label + " "):
+            return decl.color, decl.marker
+    return RECIPES["bf16"].color, RECIPES["bf16"].marker
+
 
 RC = {
     "figure.dpi": 110,
@@ -88,14 +95,11 @@ class Figure:
 
 def arm_style(arm: str) -> dict[str, object]:
     """Colour, marker and line style of an arm (module docstring)."""
-    family = next(
-        (k for k in ("FP8 rollout", "Tensorwise", "Rowwise", "Blockwise") if arm.startswith(k)),
-        "BF16",
-    )
+    color, marker = _family_style(arm)
     dashed = "+ CC" in arm
     return {
-        "color": _SHADES[family],
-        "marker": _MARKERS[family],
+        "color": color,
+        "marker": marker,
         "linestyle": "--" if dashed else "-",
         "markevery": 0.1,
         "markersize": 4,

@@ -28,6 +28,7 @@ from typing import Any
 
 from fp8rl.analysis.stats import Estimate, mean_ci
 from fp8rl.config import RunConfig
+from fp8rl.numerics.registry import RecipeNames
 from fp8rl.rl import summarize_shadow_steps
 from fp8rl.runs import read_step_log
 
@@ -53,8 +54,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Training recipes in table order (others after them).
-TRAINING_ORDER: tuple[str, ...] = ("bf16", "tensorwise", "rowwise", "blockwise")
+#: Training recipes in table order: the registry's (``fp8rl.numerics.registry``; a live view).
+TRAINING_ORDER: RecipeNames = RecipeNames(trainable=True)
 #: The two clipping modes the calibration check compares, in table order.
 CLIPPINGS: tuple[str, str] = ("standard", "calibrated")
 

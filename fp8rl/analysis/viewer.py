@@ -38,6 +38,7 @@ import pandas as pd
 
 from fp8rl.analysis.arms import DEFAULT_ROLLOUT, arm_of
 from fp8rl.analysis.load import as_store
+from fp8rl.numerics.registry import RECIPES
 from fp8rl.rewards import extract_boxed, is_garbled, is_well_formed, repeat_4gram_frac
 from fp8rl.runs import CorruptLogError, RunStore, atomic_write_text, read_step_log
 
@@ -437,8 +438,8 @@ class Comparison:
 
     @property
     def label(self) -> str:
-        g = self.granularity.capitalize()
-        return f"{g} FP8 vs {g} FP8 + CC, seed {self.seed}"
+        label = RECIPES[self.granularity].label
+        return f"{label} vs {label} + CC, seed {self.seed}"
 
     @property
     def file_name(self) -> str:
@@ -451,7 +452,8 @@ def comparison_runs(runs: pd.DataFrame) -> list[Comparison]:
     out = []
     ordered = runs.sort_values("usable", ascending=False, kind="stable")
     for granularity in DEFAULT_ROLLOUT:
-        plain, cc = f"{granularity.capitalize()} FP8", f"{granularity.capitalize()} FP8 + CC"
+        plain = RECIPES[granularity].label
+        cc = f"{plain} + CC"
         for seed in sorted(ordered.loc[ordered["arm"] == plain, "seed"].dropna().unique()):
             a = ordered[(ordered["arm"] == plain) & (ordered["seed"] == seed)]
             b = ordered[(ordered["arm"] == cc) & (ordered["seed"] == seed)]

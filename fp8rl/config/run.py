@@ -27,7 +27,7 @@ from typing import Any
 
 from fp8rl.config.fields import ConfigError, check_fields, choice, num, num_list
 from fp8rl.numerics.linears import BF16_COMPUTE
-from fp8rl.numerics.recipes import RECIPE_NAMES
+from fp8rl.numerics.registry import RecipeNames, recipe_decl
 from fp8rl.numerics.rollout import ActScale, RolloutQuantConfig, WeightScale
 from fp8rl.rl.advantages import ALGORITHMS, KL_TYPES
 from fp8rl.rl.aggregation import LOSS_AGG_MODES
@@ -56,8 +56,9 @@ __all__ = [
     "stratified_counts",
 ]
 
-#: Training precisions (``fp32`` is the numerics' reference, not a training precision).
-TRAIN_RECIPES: tuple[str, ...] = tuple(r for r in RECIPE_NAMES if r != "fp32")
+#: Training precisions: every registered recipe but the numerics' reference (``fp32``), a
+#: live view of ``fp8rl.numerics.registry`` (a recipe registered later is a choice at once).
+TRAIN_RECIPES: RecipeNames = RecipeNames(trainable=True)
 ROLLOUT_WEIGHT_SCALES: tuple[str, ...] = typing.get_args(WeightScale)
 ROLLOUT_ACT_SCALES: tuple[str, ...] = typing.get_args(ActScale)
 #: Which copy the held-out evaluation samples from.
@@ -126,13 +127,14 @@ class GranularityConfig:
 
     def uses_blocks(self, ref_recipe: str | None) -> bool:
         """Whether any blockwise scaling is in use (training, rollout or the reference)."""
-        return "blockwise" in (self.training, ref_recipe) or (
-            self.rollout == "block" or self.rollout_activation == "group"
+        blocked = any(
+            r is not None and recipe_decl(r).block_sized for r in (self.training, ref_recipe)
         )
+        return blocked or self.rollout == "block" or self.rollout_activation == "group"
 
     def uses_fp8(self, ref_recipe: str | None) -> bool:
         return self.rollout is not None or any(
-            r not in (None, "bf16") for r in (self.training, ref_recipe)
+            r is not None and recipe_decl(r).is_fp8 for r in (self.training, ref_recipe)
         )
 
 

@@ -51,7 +51,6 @@ from fp8rl.numerics.scaling import Block
 
 __all__ = [
     "OPERAND_SLOTS",
-    "RECIPE_NAMES",
     "TORCHAO_GEMMS",
     "Fp8Recipe",
     "OperandSpec",
@@ -183,50 +182,6 @@ class Fp8Recipe:
         )
 
 
-def _uniform(spec: OperandSpec) -> dict[str, OperandSpec]:
-    return dict.fromkeys(OPERAND_SLOTS, spec)
-
-
-def _tensorwise(grad_output_fmt: Fp8Format, pow2: bool) -> dict[str, OperandSpec]:
-    e4 = OperandSpec(Fp8Format.E4M3, None, None, pow2)
-    go = OperandSpec(grad_output_fmt, None, None, pow2)
-    specs = _uniform(e4)
-    specs["grad_output"] = specs["grad_output_for_grad_weight"] = go
-    return specs
-
-
-def _rowwise(grad_output_fmt: Fp8Format, pow2: bool) -> dict[str, OperandSpec]:
-    specs = _uniform(OperandSpec(Fp8Format.E4M3, None, 1, pow2))
-    go = OperandSpec(grad_output_fmt, None, 1, pow2)
-    specs["grad_output"] = specs["grad_output_for_grad_weight"] = go
-    return specs
-
-
-def _blockwise(grad_output_fmt: Fp8Format, pow2: bool, b: int) -> dict[str, OperandSpec]:
-    act = OperandSpec(Fp8Format.E4M3, b, 1, pow2)  # 1 x b along the contraction
-    tile = OperandSpec(Fp8Format.E4M3, b, b, pow2)  # b x b weight tiles
-    go = OperandSpec(grad_output_fmt, b, 1, pow2)
-    return {
-        "input": act,
-        "weight": tile,
-        "grad_output": go,
-        "weight_for_grad_input": tile,
-        "grad_output_for_grad_weight": go,  # b tokens x 1 channel (contraction is tokens)
-        "input_for_grad_weight": act,
-    }
-
-
-# name -> (backend, default grad-output format, default pow2 scales)
-_DEFAULTS: dict[str, tuple[Backend, Fp8Format | None, bool]] = {
-    "fp32": ("none", None, False),
-    "bf16": ("bf16", None, False),
-    "tensorwise": ("torchao", Fp8Format.E5M2, False),
-    "rowwise": ("torchao", Fp8Format.E4M3, True),
-    "blockwise": ("emulated", Fp8Format.E4M3, False),
-}
-RECIPE_NAMES = tuple(_DEFAULTS)
-
-
 def get_recipe(
     name: str,
     *,
@@ -238,50 +193,61 @@ def get_recipe(
     emulate_bf16: bool | None = None,
     torchao_gemm: TorchAOGemm = "emulated",
 ) -> Fp8Recipe:
-    """Build a recipe by name with explicit overrides of the settings TorchAO fixes.
+    """Build a registered recipe (``fp8rl.numerics.registry``) by name, with explicit
+    overrides of the settings TorchAO fixes.
 
     ``backend='emulated'`` runs a tensorwise or rowwise recipe through the same
     FP32-compute emulation as blockwise (a cross-check of TorchAO, and the route for
     variants TorchAO cannot express). ``torchao_gemm`` picks the GEMM of the ``torchao``
     backend (module docstring).
     """
+    from fp8rl.numerics.registry import RecipeSettings, recipe_decl
+
     if torchao_gemm not in TORCHAO_GEMMS:
         raise ValueError(f"torchao_gemm must be one of {TORCHAO_GEMMS}, got {torchao_gemm!r}")
-    if name not in _DEFAULTS:
-        raise ValueError(f"unknown precision recipe {name!r}; expected one of {RECIPE_NAMES}")
+    decl = recipe_decl(name)
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
-    default_backend, default_go, default_pow2 = _DEFAULTS[name]
-    if name in ("fp32", "bf16"):
-        if backend not in (None, default_backend):
+    if not decl.is_fp8:
+        if backend not in (None, *decl.backends):
             raise ValueError(f"recipe {name!r} has no FP8 GEMMs; backend {backend!r} is invalid")
         return Fp8Recipe(
             name=name,
-            backend=default_backend,
+            backend=decl.backends[0],
             specs=None,
-            emulate_bf16=(name == "bf16") if emulate_bf16 is None else emulate_bf16,
+            emulate_bf16=(decl.half == "bf16") if emulate_bf16 is None else emulate_bf16,
             include_lm_head=include_lm_head,
             block_size=block_size,
         )
-    go = Fp8Format(grad_output_format) if grad_output_format is not None else default_go
-    pow2 = default_pow2 if pow2_scales is None else pow2_scales
-    if name == "tensorwise":
-        specs = _tensorwise(go, pow2)
-    elif name == "rowwise":
-        specs = _rowwise(go, pow2)
-    else:
-        specs = _blockwise(go, pow2, block_size)
-    chosen = backend or default_backend
-    if name == "blockwise" and chosen == "torchao":
-        raise ValueError("TorchAO's Float8Linear has no block scaling; use backend='emulated'")
+    assert decl.grad_output_format is not None  # checked by RecipeDecl
+    settings = RecipeSettings(
+        grad_output_format=(
+            decl.grad_output_format if grad_output_format is None else Fp8Format(grad_output_format)
+        ),
+        pow2_scales=decl.pow2_scales if pow2_scales is None else pow2_scales,
+        block_size=block_size,
+    )
+    chosen = backend or decl.backends[0]
+    if chosen in decl.refusals:
+        raise ValueError(decl.refusals[chosen])
     if chosen not in ("torchao", "emulated"):
         raise ValueError(f"FP8 recipe {name!r} runs on 'torchao' or 'emulated', not {chosen!r}")
+    if chosen not in decl.backends:
+        raise ValueError(f"FP8 recipe {name!r} runs on {decl.backends}, not {chosen!r}")
     return Fp8Recipe(
         name=name,
         backend=chosen,
-        specs=specs,
+        specs=decl.specs(settings),
         emulate_bf16=True if emulate_bf16 is None else emulate_bf16,
         include_lm_head=include_lm_head,
         block_size=block_size,
         torchao_gemm=torchao_gemm,
     )
+
+
+def __getattr__(name: str) -> object:
+    if name == "RECIPE_NAMES":  # every registered recipe, read when asked
+        from fp8rl.numerics.registry import recipe_names
+
+        return recipe_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

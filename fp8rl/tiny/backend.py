@@ -8,6 +8,7 @@ import functools
 from pathlib import Path
 
 from fp8rl.config import ClusterConfig, RunConfig
+from fp8rl.numerics.registry import recipe_decl
 from fp8rl.runs import RunStatus, RunStore, RunSummary
 from fp8rl.tiny.model import get_preset
 from fp8rl.tiny.noise import noise_probe
@@ -22,7 +23,8 @@ __all__ = ["DEFAULT_STEP_S", "TinyBackend", "TinyCost"]
 #: 2 threads (tiny-s measured: docs/tiny_trainer.md "Speed"; the others scaled by size).
 DEFAULT_STEP_S = {"tiny-test": 0.3, "tiny-s": 0.6, "tiny-m": 1.5, "tiny-l": 2.2}
 DEFAULT_BATCH_TOKENS = 8 * 4 * 64
-FP8_TRAINING_FACTOR = 1.8  # measured 1.05 s vs 0.56 s (blockwise vs BF16, tiny-s)
+# FP8 training's factor is the recipe's ``tiny_step_factor`` (fp8rl.numerics.registry:
+# measured 1.05 s vs 0.56 s, blockwise vs BF16, tiny-s)
 FP8_ROLLOUT_FACTOR = 1.2  # FP8 rollout, BF16 training (rollout share ~0.35 of a step x 1.5)
 ROLLOUT_SHARE = 0.35  # share of a step spent generating (measured 0.20 of 0.56 s)
 RUN_OVERHEAD_S = 15.0  # process start, imports (~7 s), base-model load, first eval set-up
@@ -92,10 +94,8 @@ class TinyCost:
         """Without a measured run: the preset's BF16 step, scaled by the batch's tokens and
         the precision's factor."""
         r, g = self.cfg.rollout, self.cfg.granularity
-        factor = 1.0
-        if g.training != "bf16":
-            factor = FP8_TRAINING_FACTOR
-        elif g.rollout:
+        factor = recipe_decl(g.training).tiny_step_factor
+        if factor == 1.0 and g.rollout:
             factor = FP8_ROLLOUT_FACTOR
         tokens = r.prompts_per_step * r.n_samples * r.max_new_tokens
         return (

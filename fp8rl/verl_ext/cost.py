@@ -13,8 +13,9 @@ of ``P`` prompts x ``n`` samples with a response budget of ``R`` tokens:
   bound by reading the weights), x :data:`FP8_ROLLOUT_SPEEDUP` for an FP8 rollout;
 - training seconds ``F / (gpus * peak * MFU)`` with ``F = T N (6 epochs + 2 + 2 [KL ref])``
   FLOPs over ``T = P n (f R + prompt)`` tokens (the update, the old log-prob pass, the
-  reference pass), FP8 training dividing the update by :data:`FP8_TRAINING_SPEEDUP` (the
-  paper's offline TorchAO figure: up to 1.5x tensorwise, 1.1-1.2x blockwise), and Calibrated
+  reference pass), FP8 training dividing the update by the recipe's ``gpu_speedup``
+  (``fp8rl.numerics.registry``; the paper's offline TorchAO figure: up to 1.5x tensorwise,
+  1.1-1.2x blockwise), and Calibrated
   Clipping's two BF16 shadow forwards every K steps adding ``4 T N / K``;
 - validation every ``eval.every`` steps: ``items x k`` responses at the rollout's rate
   (:data:`BENCHMARK_ITEMS`).
@@ -25,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fp8rl.config import ClusterConfig, RunConfig
+from fp8rl.numerics.registry import recipe_decl
 from fp8rl.verl_ext.presets import get_model
 
 __all__ = ["BENCHMARK_ITEMS", "VerlCost"]
@@ -40,7 +42,7 @@ MEAN_RESPONSE_FRACTION = 0.4
 #: Mean prompt length of a DeepScaleR problem with the instruction (tokens; a guess).
 MEAN_PROMPT_TOKENS = 200
 FP8_ROLLOUT_SPEEDUP = 1.3
-FP8_TRAINING_SPEEDUP = {"bf16": 1.0, "tensorwise": 1.5, "rowwise": 1.3, "blockwise": 1.15}
+
 #: Ray start, weight loading, vLLM start-up and CUDA graphs, per launch (a guess).
 RUN_OVERHEAD_S = 900.0
 #: Items per benchmark (the public benchmarks' sizes).
@@ -97,7 +99,7 @@ class VerlCost:
             * r.n_samples
             * (MEAN_RESPONSE_FRACTION * r.max_new_tokens + MEAN_PROMPT_TOKENS)
         )
-        update = 6 * cfg.train.ppo_epochs / FP8_TRAINING_SPEEDUP[cfg.granularity.training]
+        update = 6 * cfg.train.ppo_epochs / recipe_decl(cfg.granularity.training).gpu_speedup
         passes = update + 2 + (2 if cfg.algorithm.kl_coef > 0 else 0)
         if cfg.clipping.mode == "calibrated":
             passes += 4 / cfg.clipping.period

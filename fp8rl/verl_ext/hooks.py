@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from verl.workers.config import FSDPEngineConfig, RolloutConfig
 
+from fp8rl.numerics.registry import RECIPES
 from fp8rl.rl.verl_registry import CalibratedClipLossConfig
 from fp8rl.verl_ext.rollout_quant import ENV_VAR, VllmRolloutFormat
 
@@ -73,8 +74,9 @@ IMPLEMENTATIONS: dict[str, str] = {
     "calibrated_clipping": "fp8rl.verl_ext.calibrated_actor",
     "rollout_scaling": "fp8rl.verl_ext.vllm_rollout",
 }
-#: ``fp8rl_recipe`` values that convert the engine (``bf16`` is verl's own training).
-FP8_RECIPES: tuple[str, ...] = ("tensorwise", "rowwise", "blockwise")
+#: ``fp8rl_recipe`` values that convert the engine (``bf16`` is verl's own training): every
+#: registered recipe whose declaration names one (``fp8rl.numerics.registry``, ``verl``).
+FP8_RECIPES: tuple[str, ...] = tuple(d.verl for d in RECIPES.values() if d.verl)
 
 
 @dataclass
@@ -105,10 +107,11 @@ class FP8EngineConfig(FSDPEngineConfig):
                     f"{FP8_RECIPES}); with bf16 there is no FP8 LM head to train"
                 )
             return None
-        if self.fp8rl_recipe not in FP8_RECIPES:
+        fp8_recipes = tuple(d.verl for d in RECIPES.values() if d.verl)  # registered since
+        if self.fp8rl_recipe not in fp8_recipes:
             raise ValueError(
                 f"fsdp_config.fp8rl_recipe={self.fp8rl_recipe!r}: choose bf16 or one of "
-                f"{FP8_RECIPES}"
+                f"{fp8_recipes}"
             )
         from fp8rl.numerics import get_recipe
 

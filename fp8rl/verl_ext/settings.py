@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from fp8rl.config import ConfigError, RunConfig, leaf_fields, override, resolve
+from fp8rl.numerics.registry import recipe_decl
 from fp8rl.rl.losses import LIVE_BOUND_LOSSES
 from fp8rl.verl_ext.data import BENCHMARKS
 from fp8rl.verl_ext.presets import PRESETS, get_model
@@ -65,6 +66,13 @@ def validate(cfg: RunConfig) -> None:
         )
     if cfg.task != "train":
         raise ConfigError(f"task={cfg.task}: the verl backend runs RL (task=train) only")
+    for key, recipe in (("granularity.training", cfg.granularity.training),
+                        ("algorithm.ref_recipe", cfg.kl_reference_recipe)):  # fmt: skip
+        decl = recipe_decl(recipe) if recipe is not None else None
+        if decl is not None and decl.verl is None:
+            raise ConfigError(
+                f"{key}={recipe}: the verl backend cannot run this recipe: {decl.verl_refusal}"
+            )
     if cfg.eval.families is not None:
         unknown = sorted(set(cfg.eval.families) - set(BENCHMARKS))
         if unknown or not cfg.eval.families:

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from fp8rl.config import ClusterConfig, ConfigError, RunConfig
+from fp8rl.numerics.registry import recipe_decl
 from fp8rl.rl.verl_registry import VERL_LOSS_NAMES
 from fp8rl.verl_ext.presets import get_model
 from fp8rl.verl_ext.rollout_quant import VllmRolloutFormat
@@ -346,8 +347,10 @@ def _actor(o: _Overrides, cfg: RunConfig, cluster: ClusterConfig, hooks: list[st
 
 
 def _fp8_engine(o: _Overrides, node: str, recipe: str, g: Any, hooks: list[str]) -> None:
-    """FP8 training (and an FP8 KL reference): fp8rl's FP8 engine, selected by its config."""
-    if recipe == "bf16":
+    """FP8 training (and an FP8 KL reference): fp8rl's FP8 engine, selected by its config
+    (a recipe verl trains itself, ``bf16``, needs nothing; the verl backend's check refuses
+    the recipes it cannot run, ``fp8rl.numerics.registry``'s ``verl_refusal``)."""
+    if not recipe_decl(recipe).verl:
         return
     hooks.append("fp8_training")
     o.set(f"{node}._target_", f"{_HOOKS}.FP8EngineConfig")

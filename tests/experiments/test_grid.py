@@ -23,8 +23,9 @@ from fp8rl.experiments.progress import (
     to_text,
 )
 from fp8rl.experiments.schema import ConfigError
+from fp8rl.numerics.registry import recipe_decl
 from fp8rl.runs import RunStore
-from fp8rl.tiny.backend import DEFAULT_STEP_S, FP8_TRAINING_FACTOR, RUN_OVERHEAD_S
+from fp8rl.tiny.backend import DEFAULT_STEP_S, RUN_OVERHEAD_S
 
 
 @pytest.fixture(autouse=True)
@@ -141,7 +142,8 @@ def test_default_costs_scale_with_batch_and_precision(tmp_path: Path) -> None:
     bf16, fp8 = plan.points
     tokens = 4 * 4 * 24
     assert bf16.step_s == pytest.approx(DEFAULT_STEP_S["tiny-test"] * tokens / (8 * 4 * 64))
-    assert fp8.step_s == pytest.approx(bf16.step_s * FP8_TRAINING_FACTOR)
+    assert fp8.step_s == pytest.approx(bf16.step_s * recipe_decl("blockwise").tiny_step_factor)
+    assert recipe_decl("blockwise").tiny_step_factor > 1
     assert bf16.cost_source == "default"
     # the base model is not in the (empty) cache: its SFT build is counted once
     assert not bf16.setup_done and plan.base_build_s > 0
