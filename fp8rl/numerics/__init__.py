@@ -3,6 +3,7 @@
 * :mod:`.formats` — E4M3 / E5M2, saturating casts.
 * :mod:`.scaling` — quantise / dequantise at tensorwise, rowwise and blockwise granularity.
 * :mod:`.recipes` — per-GEMM-operand format and scale rule; ``get_recipe(name)``.
+* :mod:`.registry` — one declaration per recipe (``RecipeDecl``), read by every room; no torch.
 * :mod:`.bf16` — BF16 emulation (rounding with FP32 compute) for a CPU without BF16.
 * :mod:`.training` — ``apply_fp8_training(model, recipe)`` and the ``high_precision``
   (BF16 shadow) context.
@@ -10,53 +11,60 @@
 * :mod:`.stats` — amax, scales, saturation and underflow, per layer.
 """
 
+import importlib
+from typing import Any
+
 from fp8rl import _quiet
 
-_quiet.install()  # before torchao is imported below: its CUDA-only kernels cannot load on CPU
+_quiet.install()  # before torchao is imported: its CUDA-only kernels cannot load on CPU
 
-from fp8rl.numerics.bf16 import (  # noqa: E402
-    emulate_bf16,
-    fast_paths_enabled,
-    reference_paths,
-    round_bf16,
-)
-from fp8rl.numerics.formats import Fp8Format, cast_to_fp8, format_info, round_to_fp8  # noqa: E402
-from fp8rl.numerics.recipes import RECIPE_NAMES, Fp8Recipe, OperandSpec, get_recipe  # noqa: E402
-from fp8rl.numerics.rollout import (  # noqa: E402
-    RolloutQuantConfig,
-    make_rollout_model,
-    quantize_rollout_weight,
-    sync_rollout_weights,
-)
-from fp8rl.numerics.scaling import QuantizedTensor, dequantize, fake_quantize, quantize  # noqa: E402
-from fp8rl.numerics.stats import fp8_tensor_stats, record_activation_stats, weight_fp8_stats  # noqa: E402
-from fp8rl.numerics.training import apply_fp8_training, fp8_linear_names, high_precision  # noqa: E402
+#: Public name -> the submodule that defines it. Imported on first use (PEP 562), so the
+#: torch-free modules (``registry``) load without torch: the CLI builds its option lists
+#: from the recipe registry before it needs torch.
+_EXPORTS: dict[str, str] = {
+    "emulate_bf16": "bf16",
+    "fast_paths_enabled": "bf16",
+    "reference_paths": "bf16",
+    "round_bf16": "bf16",
+    "Fp8Format": "formats",
+    "cast_to_fp8": "formats",
+    "format_info": "formats",
+    "round_to_fp8": "formats",
+    "RECIPE_NAMES": "recipes",
+    "Fp8Recipe": "recipes",
+    "OperandSpec": "recipes",
+    "get_recipe": "recipes",
+    "RECIPES": "registry",
+    "RecipeDecl": "registry",
+    "recipe_decl": "registry",
+    "register_recipe": "registry",
+    "RolloutQuantConfig": "rollout",
+    "make_rollout_model": "rollout",
+    "quantize_rollout_weight": "rollout",
+    "sync_rollout_weights": "rollout",
+    "QuantizedTensor": "scaling",
+    "dequantize": "scaling",
+    "fake_quantize": "scaling",
+    "quantize": "scaling",
+    "fp8_tensor_stats": "stats",
+    "record_activation_stats": "stats",
+    "weight_fp8_stats": "stats",
+    "apply_fp8_training": "training",
+    "fp8_linear_names": "training",
+    "high_precision": "training",
+}
 
-__all__ = [
-    "RECIPE_NAMES",
-    "Fp8Format",
-    "Fp8Recipe",
-    "OperandSpec",
-    "QuantizedTensor",
-    "RolloutQuantConfig",
-    "apply_fp8_training",
-    "cast_to_fp8",
-    "dequantize",
-    "emulate_bf16",
-    "fake_quantize",
-    "fast_paths_enabled",
-    "format_info",
-    "fp8_linear_names",
-    "fp8_tensor_stats",
-    "get_recipe",
-    "high_precision",
-    "make_rollout_model",
-    "quantize",
-    "quantize_rollout_weight",
-    "record_activation_stats",
-    "reference_paths",
-    "round_bf16",
-    "round_to_fp8",
-    "sync_rollout_weights",
-    "weight_fp8_stats",
-]
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

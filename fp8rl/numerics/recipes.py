@@ -44,10 +44,12 @@ GEMM TorchAO's ``Float8Linear`` calls (``torchao_gemm``):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fp8rl.numerics.formats import Fp8Format
-from fp8rl.numerics.scaling import Block
+
+if TYPE_CHECKING:
+    from fp8rl.numerics.scaling import Block
 
 __all__ = [
     "OPERAND_SLOTS",

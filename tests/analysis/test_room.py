@@ -1,7 +1,9 @@
 """fp8rl.analysis reads run stores and is backend-blind (DESIGN.md "Who may import whom"):
 it imports the run store, the run config, the RL room's constants and the reward room's
 text checks (the ground floor: no torch, no other room; the token viewer summarises
-responses with them), never a backend or the experiment system; it logs and returns,
+responses with them) and the recipe registry (``fp8rl.numerics.registry``: labels, plot
+styles and rollout pairings of the recipes; no torch), never a backend or the experiment
+system; it logs and returns,
 never prints or reads argv."""
 
 from __future__ import annotations
@@ -9,7 +11,14 @@ from __future__ import annotations
 from room_rules import REPO, assert_no_print_or_argv, imported_modules, modules_loaded_by
 
 PACKAGE = REPO / "fp8rl" / "analysis"
-ALLOWED = ("fp8rl.analysis", "fp8rl.runs", "fp8rl.config", "fp8rl.rl", "fp8rl.rewards")
+ALLOWED = (
+    "fp8rl.analysis",
+    "fp8rl.runs",
+    "fp8rl.config",
+    "fp8rl.rl",
+    "fp8rl.rewards",
+    "fp8rl.numerics.registry",
+)
 
 
 def test_analysis_imports_no_backend_and_not_the_experiment_system() -> None:
