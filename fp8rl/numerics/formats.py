@@ -12,15 +12,23 @@ Casting is round-to-nearest-even (torch's cast). :func:`cast_to_fp8` saturates b
 default: finite values beyond the largest finite value and ±inf become ±max, NaN stays
 NaN. This is the behaviour of a scaled FP8 GEMM's input cast (TorchAO's
 ``to_fp8_saturated``); a non-saturating E5M2 cast would turn overflow into inf instead.
+
+The OCP MX element formats FP6 ``e3m2`` / ``e2m3`` and FP4 ``e2m1`` (declared, with every
+format, in :mod:`fp8rl.numerics.elements`) have no torch dtype; :func:`round_to_element`
+rounds to their grids in float32 arithmetic (emulated numerics, no speed claim). It takes
+any element format and, for E4M3/E5M2, is :func:`round_to_fp8`. ``Fp8Format`` is
+:class:`~fp8rl.numerics.elements.ElementFormat` under its historical name;
+:func:`format_info` (with its torch dtype) covers the two FP8 formats only.
 """
 
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass
 
 import torch
+
+from fp8rl.numerics.elements import ELEMENT_FORMATS, ElementFormat, element_info
 
 __all__ = [
     "FP8_FORMATS",
@@ -28,29 +36,20 @@ __all__ = [
     "Fp8Format",
     "cast_to_fp8",
     "format_info",
+    "round_to_element",
     "round_to_fp8",
     "round_to_fp8_grid_",
 ]
 
 
-class Fp8Format(enum.StrEnum):
-    """The two OCP FP8 formats, by their config names."""
-
-    E4M3 = "e4m3"
-    E5M2 = "e5m2"
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return FP8_FORMATS[self].dtype
-
-    @property
-    def max(self) -> float:
-        return FP8_FORMATS[self].max
+#: The element formats' enum under its historical name: ``Fp8Format.E4M3``, ``Fp8Format(name)``
+#: and ``.dtype`` / ``.max`` work as before; the MX members' ``.dtype`` raises (emulated).
+Fp8Format = ElementFormat
 
 
 @dataclass(frozen=True)
 class FormatInfo:
-    """Static facts about one FP8 format."""
+    """Static facts about one FP8 format (one with a torch dtype)."""
 
     name: str
     dtype: torch.dtype
@@ -62,36 +61,37 @@ class FormatInfo:
     has_inf: bool
 
 
-FP8_FORMATS: dict[Fp8Format, FormatInfo] = {
-    Fp8Format.E4M3: FormatInfo(
-        name="e4m3",
-        dtype=torch.float8_e4m3fn,
-        exponent_bits=4,
-        mantissa_bits=3,
-        max=448.0,
-        min_normal=2.0**-6,
-        min_subnormal=2.0**-9,
-        has_inf=False,
-    ),
-    Fp8Format.E5M2: FormatInfo(
-        name="e5m2",
-        dtype=torch.float8_e5m2,
-        exponent_bits=5,
-        mantissa_bits=2,
-        max=57344.0,
-        min_normal=2.0**-14,
-        min_subnormal=2.0**-16,
-        has_inf=True,
-    ),
+def _fp8_info(fmt: ElementFormat) -> FormatInfo:
+    e = ELEMENT_FORMATS[fmt]
+    return FormatInfo(
+        name=e.name,
+        dtype=fmt.dtype,
+        exponent_bits=e.exponent_bits,
+        mantissa_bits=e.mantissa_bits,
+        max=e.max,
+        min_normal=e.min_normal,
+        min_subnormal=e.min_subnormal,
+        has_inf=e.has_inf,
+    )
+
+
+FP8_FORMATS: dict[ElementFormat, FormatInfo] = {
+    f: _fp8_info(f) for f in (ElementFormat.E4M3, ElementFormat.E5M2)
 }
 
 
 def format_info(fmt: Fp8Format | str) -> FormatInfo:
     """Return the :class:`FormatInfo` for ``fmt`` (``"e4m3"``/``"e5m2"`` or the enum)."""
     try:
-        return FP8_FORMATS[Fp8Format(fmt)]
+        f = Fp8Format(fmt)
     except ValueError as err:
         raise ValueError(f"unknown FP8 format {fmt!r}; expected 'e4m3' or 'e5m2'") from err
+    if f not in FP8_FORMATS:
+        raise ValueError(
+            f"{f.value!r} is an OCP MX element format with no torch dtype (emulated in float32); "
+            "format_info covers e4m3 and e5m2 - use fp8rl.numerics.elements.element_info"
+        )
+    return FP8_FORMATS[f]
 
 
 def cast_to_fp8(x: torch.Tensor, fmt: Fp8Format | str, saturate: bool = True) -> torch.Tensor:
@@ -134,3 +134,32 @@ def round_to_fp8_grid_(v: torch.Tensor, fmt: Fp8Format | str) -> torch.Tensor:
     bits.add_(((23 - info.mantissa_bits) << 23) | 0x400000)
     s = bits.view(torch.float32)
     return torch.add(v, s).sub_(s)
+
+
+def round_to_element(x: torch.Tensor, fmt: ElementFormat | str) -> torch.Tensor:
+    """Round ``x`` to the nearest value of element format ``fmt``, in ``x``'s dtype (no scaling).
+
+    Round to nearest, ties to even; finite values beyond ``±max`` **and ±inf saturate** to
+    ``±max`` (the MX formats have no infinity to overflow to); NaN stays NaN (they have no
+    NaN either, but a NaN is never hidden: :mod:`fp8rl.numerics.scaling` turns a group with
+    a NaN or an inf into NaN before any element is rounded). Signed zeros keep their sign.
+
+    For ``e4m3``/``e5m2`` this is :func:`round_to_fp8` (torch's saturating cast). For the
+    MX formats, which torch has no dtype for, it is emulated: with ``e`` the exponent of
+    ``v`` clamped to the smallest normal exponent (subnormals share that spacing), the
+    spacing is ``q = 2**(e - mantissa_bits)`` and the result ``round(v / q) * q`` — every
+    step exact, in float32 (float64 for float64 input; BF16/FP16 input is computed in
+    float32 and returned in its dtype, which holds every MX value exactly).
+    """
+    spec = element_info(fmt)
+    if spec.torch_dtype is not None:
+        return round_to_fp8(x, spec.name)
+    v = x if x.dtype in (torch.float32, torch.float64) else x.float()
+    v = v.clamp(-spec.max, spec.max)
+    _, e = torch.frexp(v)  # v = m * 2**e with 0.5 <= |m| < 1, so floor(log2|v|) = e - 1
+    exp = (e - 1).clamp_(min=spec.emin) - spec.mantissa_bits  # in [emin - m, emax - m]
+    if v.dtype == torch.float64:
+        step = (exp.long() + 1023).bitwise_left_shift_(52).view(torch.float64)
+    else:
+        step = (exp.int() + 127).bitwise_left_shift_(23).view(torch.float32)
+    return torch.round(v / step).mul_(step).to(x.dtype)  # torch.round: half to even

@@ -160,7 +160,10 @@ class Bf16Linear(PrecisionLinear):
 def _fq(t: torch.Tensor, spec: OperandSpec, contract_dim: int) -> torch.Tensor:
     # feature dimensions were checked when the layer was built; a ragged token dimension
     # (contract_dim 0 of an activation, or the rows of a 1xN group) pads (documented)
-    return fake_quantize(t, spec.fmt, spec.block(contract_dim), spec.pow2_scales, partial="pad")
+    block = spec.block(contract_dim)
+    return fake_quantize(
+        t, spec.fmt, block, spec.pow2_scales, partial="pad", scale_rule=spec.scale_rule
+    )
 
 
 def _fp8_matmul(x2d: torch.Tensor, wq: torch.Tensor, specs: dict) -> torch.Tensor:

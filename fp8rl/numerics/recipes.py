@@ -46,6 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from fp8rl.numerics.elements import ScaleRule, resolve_scale_rule
 from fp8rl.numerics.formats import Fp8Format
 
 if TYPE_CHECKING:
@@ -74,12 +75,31 @@ TORCHAO_GEMMS: tuple[str, ...] = ("emulated", "scaled_mm")
 
 @dataclass(frozen=True)
 class OperandSpec:
-    """How one GEMM operand is cast: format, scaling group, scale rounding."""
+    """How one GEMM operand is cast: format, scaling group, scale rounding.
+
+    ``fmt`` is any element format (:mod:`fp8rl.numerics.elements`; the MX ones emulated).
+    ``scale_rule`` is ``None`` for the amax rule (pow2 with ``pow2_scales``) or ``"e8m0"``
+    for MX shared scales; an MX 1x32 block is ``group_contract=32, group_other=1``. Each
+    rule has one spelling: ``scale_rule="pow2"``/``"amax"`` are stored as ``pow2_scales``.
+    """
 
     fmt: Fp8Format = Fp8Format.E4M3
     group_contract: int | None = None  # group length along the contracted dim (None: all)
     group_other: int | None = None  # group length along the kept dim (None: all)
     pow2_scales: bool = False
+    scale_rule: ScaleRule | None = None  # None: amax, or pow2 when pow2_scales; or "e8m0"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fmt", Fp8Format(self.fmt))
+        if self.scale_rule is not None:
+            rule = resolve_scale_rule(self.scale_rule, self.pow2_scales)  # raises on a clash
+            object.__setattr__(self, "pow2_scales", rule is ScaleRule.POW2)
+            object.__setattr__(self, "scale_rule", rule if rule is ScaleRule.E8M0 else None)
+
+    @property
+    def rule(self) -> ScaleRule:
+        """The scale rule in effect (amax, pow2 or e8m0)."""
+        return resolve_scale_rule(self.scale_rule, self.pow2_scales)
 
     def block(self, contract_dim: int) -> Block:
         """The scaling block over the stored 2-D tensor whose ``contract_dim`` is contracted."""
@@ -99,15 +119,21 @@ class OperandSpec:
         return f"block(contract={self.group_contract or 'all'},keep={self.group_other or 'all'})"
 
     def describe(self) -> str:
-        return f"{self.fmt.value}/{self.granularity}" + ("/pow2" if self.pow2_scales else "")
+        rule = self.rule
+        return f"{self.fmt.value}/{self.granularity}" + (
+            "" if rule is ScaleRule.AMAX else f"/{rule}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "fmt": self.fmt.value,
             "group_contract": self.group_contract,
             "group_other": self.group_other,
             "pow2_scales": self.pow2_scales,
         }
+        if self.scale_rule is not None:  # only when set: older recipes log what they did
+            d["scale_rule"] = self.scale_rule.value
+        return d
 
 
 @dataclass(frozen=True)
@@ -154,6 +180,15 @@ class Fp8Recipe:
 
         if self.specs is None:
             raise ValueError(f"recipe {self.name!r} is not an FP8 recipe")
+        mx = [
+            f"{k}={s.describe()}" for k, s in self.specs.items() if s.fmt.emulated or s.scale_rule
+        ]
+        if mx:
+            raise ValueError(
+                f"TorchAO's Float8Linear cannot express {', '.join(mx)} in recipe {self.name!r}: "
+                "MX element formats have no torch dtype and E8M0 shared scales are no "
+                "Float8LinearConfig option; use backend='emulated'"
+            )
         pow2 = {s.pow2_scales for s in self.specs.values()}
         if len(pow2) != 1:
             raise ValueError("TorchAO rounds scales to powers of two for all operands or none")

@@ -1,4 +1,4 @@
-"""Scaled FP8 quantisation at any granularity: tensorwise, rowwise, blockwise.
+"""Scaled quantisation at any granularity: tensorwise, rowwise, blockwise; FP8 and MX elements.
 
 Every granularity is one rule applied to scaling *groups* of a 2-D view of the tensor
 (leading dimensions are flattened into rows, so a ``(batch, seq, hidden)`` activation is a
@@ -24,6 +24,18 @@ dequantisation scale exact and leaves up to 2x headroom). Quantised values are
 ``scale = 1 / mult`` so that ``x ≈ q * scale`` — the convention of ``torch._scaled_mm``'s
 ``scale_a``/``scale_b`` arguments.
 
+Element formats and the MX scale rule (:mod:`fp8rl.numerics.elements`): every function takes
+any element format — FP8 ``e4m3``/``e5m2`` or the OCP MX v1.0 elements FP6 ``e3m2``/``e2m3``
+and FP4 ``e2m1`` — and a ``scale_rule``: ``None`` (the default) is the rule above (amax, or
+pow2 with ``pow2_scales``); ``"e8m0"`` is the MX shared scale, the dequantisation scale
+``2**(floor(log2(amax)) - emax)`` of the element format (exact powers of two; the group's
+largest value lands in ``[2**emax, 2**(emax+1))`` and **saturates** where that exceeds
+``max``). MX blocks are the existing vocabulary: a 1x32 group along the contraction is
+``block=(1, 32)`` here, ``OperandSpec(group_contract=32, group_other=1)`` in a recipe. The
+MX formats have no torch dtype, so their :class:`QuantizedTensor` holds the element values
+as float32 and every rounding is emulated (:func:`fp8rl.numerics.formats.round_to_element`):
+emulated numerics for studying quantisation noise, no speed claim.
+
 Shapes a block cannot tile: with ``partial="error"`` (the default) a dimension that is not a
 multiple of the block is rejected with a ``ValueError`` naming the shape and the block.
 With ``partial="pad"`` the trailing group is shorter, which is exactly the result of
@@ -33,7 +45,8 @@ should divide the block (see :func:`fp8rl.numerics.training.apply_fp8_training`,
 checks before any compute).
 
 Special values: a NaN or an infinity anywhere in a group makes the whole group dequantise
-to NaN (NaN amax; or infinite amax, multiplier 0 and scale inf), as in TorchAO — a
+to NaN (NaN amax; or infinite amax, multiplier 0 and scale inf — under every scale rule and
+element format), as in TorchAO — a
 non-finite value is never silently hidden, and it stays inside its group. An all-zero
 group gets ``mult = fmt.max / 1e-12`` and quantises to exact zeros.
 """
@@ -47,7 +60,15 @@ import torch
 import torch.nn.functional as F
 
 from fp8rl.numerics.bf16 import fast_paths_enabled
-from fp8rl.numerics.formats import Fp8Format, format_info, round_to_fp8_grid_
+from fp8rl.numerics.elements import (
+    E8M0_MAX_EXP,
+    E8M0_MIN_EXP,
+    ElementFormat,
+    ScaleRule,
+    element_info,
+    resolve_scale_rule,
+)
+from fp8rl.numerics.formats import Fp8Format, format_info, round_to_element, round_to_fp8_grid_
 
 __all__ = [
     "AMAX_EPS",
@@ -65,10 +86,12 @@ Partial = Literal["error", "pad"]
 
 @dataclass(frozen=True)
 class QuantizedTensor:
-    """FP8 data with its dequantisation scales: ``x ≈ data * scale`` group by group.
+    """Element data with its dequantisation scales: ``x ≈ data * scale`` group by group.
 
-    ``data`` has the input's shape and an FP8 dtype; ``scale`` is float32 of shape
-    ``(row_groups, col_groups)`` over the 2-D view ``(prod(shape[:-1]), shape[-1])``.
+    ``data`` has the input's shape and, for E4M3/E5M2, the FP8 dtype; for an MX element
+    format (no torch dtype) it is float32 holding the element values, each exactly one of
+    the format's values. ``scale`` is float32 of shape ``(row_groups, col_groups)`` over the
+    2-D view ``(prod(shape[:-1]), shape[-1])``.
     """
 
     data: torch.Tensor
@@ -104,12 +127,36 @@ def _to_2d(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-1])
 
 
-def _multipliers(amax: torch.Tensor, fmt_max: float, pow2: bool) -> torch.Tensor:
+def _rule(rule: ScaleRule | bool) -> ScaleRule:
+    # a bool is the pow2_scales flag (the historical spelling of amax / pow2)
+    if isinstance(rule, bool):
+        return ScaleRule.POW2 if rule else ScaleRule.AMAX
+    return ScaleRule(rule)
+
+
+def _multipliers(
+    amax: torch.Tensor, fmt: ElementFormat | str, rule: ScaleRule | bool
+) -> torch.Tensor:
+    spec = element_info(fmt)
+    rule = _rule(rule)
+    if rule is ScaleRule.E8M0:
+        return _e8m0_multipliers(amax, spec.max, spec.emax)
     # float64 as in TorchAO's amax_to_scale, so eager results do not depend on fusion
-    mult = (fmt_max / amax.double().clamp(min=AMAX_EPS)).float()
-    if pow2:
+    mult = (spec.max / amax.double().clamp(min=AMAX_EPS)).float()
+    if rule is ScaleRule.POW2:
         mult = torch.exp2(torch.floor(torch.log2(mult)))
     return mult
+
+
+def _e8m0_multipliers(amax: torch.Tensor, fmt_max: float, emax: int) -> torch.Tensor:
+    """``2**(emax - floor(log2(amax)))``: the inverse of the MX shared scale, exactly."""
+    a = amax.float().clamp(min=AMAX_EPS)  # float32 amax is exact; NaN stays NaN
+    _, e = torch.frexp(a)  # a = m * 2**e, 0.5 <= m < 1: floor(log2(a)) = e - 1
+    # the E8M0 range clamp cannot bind for float32 amax (>= 2**-40 after the EPS clamp)
+    shared = (e - 1 - emax).clamp_(E8M0_MIN_EXP, E8M0_MAX_EXP)
+    mult = (127 - shared).int().bitwise_left_shift_(23).view(torch.float32)  # 2**-shared
+    # non-finite amax as for the other rules: NaN stays NaN, inf gives 0 (group -> NaN)
+    return torch.where(a.isfinite(), mult, fmt_max / a)
 
 
 def _grouped(x2d: torch.Tensor, br: int, bc: int) -> tuple[torch.Tensor, int, int]:
@@ -123,14 +170,19 @@ def _grouped(x2d: torch.Tensor, br: int, bc: int) -> tuple[torch.Tensor, int, in
 
 
 def _scaled_groups(
-    x: torch.Tensor, fmt: Fp8Format | str, block: Block, pow2: bool, partial: Partial
+    x: torch.Tensor,
+    fmt: ElementFormat | str,
+    block: Block,
+    rule: ScaleRule | bool,
+    partial: Partial,
 ) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int], tuple[int, int]]:
-    """``x`` as zero-padded groups ``(nR, br, nC, bc)``, each group's multiplier
-    ``fmt.max / amax``, the resolved block and the padding: the first half of every cast."""
+    """``x`` as zero-padded groups ``(nR, br, nC, bc)``, each group's multiplier (by
+    ``rule``; a bool is the ``pow2_scales`` flag), the resolved block and the padding: the
+    first half of every cast."""
     x2d = _to_2d(x)
     br, bc = _resolve_block(tuple(x2d.shape), block, partial)
     g, pad_r, pad_c = _grouped(x2d, br, bc)
-    mult = _multipliers(g.abs().amax(dim=(1, 3), keepdim=True), format_info(fmt).max, pow2)
+    mult = _multipliers(g.abs().amax(dim=(1, 3), keepdim=True), fmt, rule)
     return g, mult, (br, bc), (pad_r, pad_c)
 
 
@@ -144,15 +196,26 @@ def _ungroup(g: torch.Tensor, pads: tuple[int, int], shape: torch.Size) -> torch
 
 def quantize(
     x: torch.Tensor,
-    fmt: Fp8Format | str = Fp8Format.E4M3,
+    fmt: ElementFormat | str = Fp8Format.E4M3,
     block: Block = (None, None),
     pow2_scales: bool = False,
     partial: Partial = "error",
+    *,
+    scale_rule: ScaleRule | str | None = None,
 ) -> QuantizedTensor:
-    """Quantise ``x`` to FP8 with one dynamic amax scale per ``block`` group."""
-    info = format_info(fmt)
-    g, mult, resolved, pads = _scaled_groups(x, fmt, block, pow2_scales, partial)
-    q = (g * mult).clamp_(-info.max, info.max).to(info.dtype)
+    """Quantise ``x`` to ``fmt`` with one dynamic scale per ``block`` group.
+
+    ``scale_rule``: ``None`` for amax scales (pow2 with ``pow2_scales``), ``"e8m0"`` for MX
+    shared scales (module docstring). For an MX element format ``data`` is float32.
+    """
+    spec = element_info(fmt)
+    rule = resolve_scale_rule(scale_rule, pow2_scales)
+    g, mult, resolved, pads = _scaled_groups(x, fmt, block, rule, partial)
+    if spec.torch_dtype is None:  # emulated MX element: float32 values on its grid
+        q = round_to_element(g * mult, spec.name).float()
+    else:
+        info = format_info(fmt)
+        q = (g * mult).clamp_(-info.max, info.max).to(info.dtype)
     data = _ungroup(q, pads, x.shape)
     scale = mult.reciprocal().reshape(q.shape[0], q.shape[2])
     return QuantizedTensor(data=data, scale=scale, block=resolved, fmt=Fp8Format(fmt))
@@ -170,23 +233,30 @@ def dequantize(qt: QuantizedTensor, dtype: torch.dtype = torch.float32) -> torch
 
 def fake_quantize(
     x: torch.Tensor,
-    fmt: Fp8Format | str = Fp8Format.E4M3,
+    fmt: ElementFormat | str = Fp8Format.E4M3,
     block: Block = (None, None),
     pow2_scales: bool = False,
     partial: Partial = "error",
+    *,
+    scale_rule: ScaleRule | str | None = None,
 ) -> torch.Tensor:
-    """Quantise then dequantise in one pass: the FP8 value of every element, in x's dtype.
+    """Quantise then dequantise in one pass: the element value of every entry, in x's dtype.
 
     Equal to ``dequantize(quantize(x, ...))``; this is the hot path of FP8 emulation.
     """
-    info = format_info(fmt)
+    spec = element_info(fmt)
+    rule = resolve_scale_rule(scale_rule, pow2_scales)
     x32 = x if x.dtype == torch.float32 else x.float()
-    g, mult, _, pads = _scaled_groups(x32, fmt, block, pow2_scales, partial)
+    g, mult, _, pads = _scaled_groups(x32, fmt, block, rule, partial)
     scaled = g * mult
-    if not fast_paths_enabled():
-        # A no-op: mult <= max / amax (to within FP32 rounding of a float64 quotient), so
-        # |g * mult| <= max (1 + 2**-24), which rounds to max; non-finite groups give NaN or
-        # 0 either way. The fast path skips the pass.
-        scaled.clamp_(-info.max, info.max)
-    deq = round_to_fp8_grid_(scaled, info.name).mul_(mult.reciprocal())
+    if spec.torch_dtype is None:  # emulated MX element (saturates inside)
+        deq = round_to_element(scaled, spec.name).mul_(mult.reciprocal())
+        return _ungroup(deq, pads, x.shape).to(x.dtype)
+    if rule is ScaleRule.E8M0 or not fast_paths_enabled():
+        # For amax and pow2 scales a no-op: mult <= max / amax (to within FP32 rounding of
+        # a float64 quotient), so |g * mult| <= max (1 + 2**-24), which rounds to max;
+        # non-finite groups give NaN or 0 either way. The fast path skips the pass. E8M0
+        # scales put the group max up to 2**(emax+1) > max: those values saturate here.
+        scaled.clamp_(-spec.max, spec.max)
+    deq = round_to_fp8_grid_(scaled, spec.name).mul_(mult.reciprocal())
     return _ungroup(deq, pads, x.shape).to(x.dtype)

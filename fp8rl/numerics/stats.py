@@ -22,7 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from fp8rl.numerics.formats import format_info
+from fp8rl.numerics.elements import element_info
+from fp8rl.numerics.formats import round_to_element
 from fp8rl.numerics.linears import EmulatedFp8Linear, PrecisionLinear, TorchAOFloat8Linear
 from fp8rl.numerics.recipes import OperandSpec
 from fp8rl.numerics.rollout import Fp8RolloutLinear
@@ -46,19 +47,19 @@ def fp8_tensor_stats(
     scale (delayed scaling, a calibrated static activation scale), the case in which
     saturation happens.
     """
-    info = format_info(spec.fmt)
+    info = element_info(spec.fmt)
     x = x.detach().float()
-    g, mult, _, _ = _scaled_groups(x, spec.fmt, spec.block(contract_dim), spec.pow2_scales, "pad")
+    g, mult, _, _ = _scaled_groups(x, spec.fmt, spec.block(contract_dim), spec.rule, "pad")
     amax = x.abs().max()
     if reference_amax is not None:
         amax = torch.tensor(reference_amax)
-        mult = _multipliers(torch.full_like(mult, reference_amax), info.max, spec.pow2_scales)
+        mult = _multipliers(torch.full_like(mult, reference_amax), spec.fmt, spec.rule)
     scaled = g * mult
     # saturated: beyond max by at least half an FP8 ulp, i.e. an unbounded-range FP8 would
     # have rounded it to a larger value (the amax element itself may land a hair over max)
     ulp_at_max = 2.0 ** (math.floor(math.log2(info.max)) - info.mantissa_bits)
     saturated = (scaled.abs() >= info.max + ulp_at_max / 2).sum()
-    q = scaled.clamp(-info.max, info.max).to(info.dtype).float()
+    q = round_to_element(scaled, spec.fmt)  # saturating; FP8: the cast, MX: emulated
     nonzero = g != 0
     underflow = ((q == 0) & nonzero).sum()
     err = (q / mult - g).pow(2).sum()
