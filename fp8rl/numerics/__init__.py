@@ -1,6 +1,7 @@
 """One vocabulary for precision, used by every other room of fp8rl.
 
-* :mod:`.formats` — E4M3 / E5M2, saturating casts.
+* :mod:`.elements` — every element format (E4M3, E5M2, MX FP6/FP4) and scale rule; no torch.
+* :mod:`.formats` — E4M3 / E5M2 saturating casts; emulated rounding to the MX grids.
 * :mod:`.scaling` — quantise / dequantise at tensorwise, rowwise and blockwise granularity.
 * :mod:`.recipes` — per-GEMM-operand format and scale rule; ``get_recipe(name)``.
 * :mod:`.registry` — one declaration per recipe (``RecipeDecl``), read by every room; no torch.
@@ -26,7 +27,11 @@ _EXPORTS: dict[str, str] = {
     "fast_paths_enabled": "bf16",
     "reference_paths": "bf16",
     "round_bf16": "bf16",
+    "ElementFormat": "elements",
+    "ScaleRule": "elements",
+    "element_info": "elements",
     "Fp8Format": "formats",
+    "round_to_element": "formats",
     "cast_to_fp8": "formats",
     "format_info": "formats",
     "round_to_fp8": "formats",

@@ -46,8 +46,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from fp8rl.numerics.elements import ElementFormat as Fp8Format
 from fp8rl.numerics.elements import ScaleRule, resolve_scale_rule
-from fp8rl.numerics.formats import Fp8Format
 
 if TYPE_CHECKING:
     from fp8rl.numerics.scaling import Block

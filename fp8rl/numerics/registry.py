@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from fp8rl.numerics.formats import Fp8Format as ElementFormat
+from fp8rl.numerics.elements import ElementFormat
 from fp8rl.numerics.recipes import OPERAND_SLOTS, OperandSpec
 
 __all__ = [
@@ -164,7 +164,50 @@ def _blockwise(s: RecipeSettings) -> dict[str, OperandSpec]:
     }
 
 
+def _mx(element: ElementFormat) -> OperandBuilder:
+    """MX-style scaling (OCP MX v1.0): every operand in 1 x 32 groups along its GEMM's
+    contraction with a power-of-two (E8M0) shared scale, the element format everywhere
+    (the output gradient in the recipe's ``grad_output_format``, by default the same)."""
+
+    def build(s: RecipeSettings) -> dict[str, OperandSpec]:
+        spec = OperandSpec(element, MX_BLOCK, 1, scale_rule="e8m0")
+        go = OperandSpec(s.grad_output_format, MX_BLOCK, 1, scale_rule="e8m0")
+        specs = _uniform(spec)
+        specs["grad_output"] = specs["grad_output_for_grad_weight"] = go
+        return specs
+
+    return build
+
+
+#: MX's scaling-block length (OCP MX v1.0: k = 32 elements share one scale).
+MX_BLOCK = 32
 _NO_BLOCKS = "TorchAO's Float8Linear has no block scaling; use backend='emulated'"
+_MX_TORCHAO = "TorchAO's Float8Linear has no MX element formats or E8M0 group scales"
+_MX_VERL = (
+    "the MX element formats are emulated in fp8rl's numerics only; fp8rl's FP8 FSDP engine "
+    "and vLLM rollout run E4M3/E5M2 (TorchAO's MX training, on Blackwell GPUs, is not wired in)"
+)
+#: Emulated MX recipes: the same emulated GEMM path as blockwise (not measured separately).
+_MX_STEP_FACTOR = 1.8
+
+
+def _mx_decl(name: str, label: str, element: ElementFormat, color: str, marker: str) -> RecipeDecl:
+    return RecipeDecl(
+        name=name,
+        kind="fp8",
+        label=label,
+        backends=("emulated",),
+        operands=_mx(element),
+        grad_output_format=element,
+        refusals={"torchao": _MX_TORCHAO},
+        color=color,
+        marker=marker,
+        tiny_step_factor=_MX_STEP_FACTOR,
+        verl_refusal=_MX_VERL,
+        doc=f"{label}: {element.value} elements in 1 x {MX_BLOCK} groups, E8M0 scales (emulated)",
+    )
+
+
 _VERL_FP32 = "fp32 is the numerics' reference, not a training precision"
 
 #: The shipped recipes, in display order.
@@ -241,6 +284,11 @@ BUILTIN: tuple[RecipeDecl, ...] = (
         verl="blockwise",
         doc="DeepSeek-V3 blockwise: 1 x b activations, b x b weight tiles",
     ),
+    # the MX element formats, a dose series of quantisation noise (emulated; BF16 rollout)
+    _mx_decl("mxfp8", "MXFP8", ElementFormat.E4M3, "#E69F00", "P"),
+    _mx_decl("mxfp6_e3m2", "MXFP6 E3M2", ElementFormat.E3M2, "#56B4E9", "X"),
+    _mx_decl("mxfp6_e2m3", "MXFP6 E2M3", ElementFormat.E2M3, "#F0E442", "h"),
+    _mx_decl("mxfp4", "MXFP4", ElementFormat.E2M1, "#882255", "p"),
 )
 
 #: name -> declaration, in registration order (the shipped ones first).

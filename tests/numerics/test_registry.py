@@ -166,3 +166,22 @@ def test_the_registry_imports_no_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("name", ["mxfp8", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4"])
+def test_the_mx_recipes_run_a_tiny_step_and_verl_refuses_them(
+    name: str, tmp_path: Path, cache: Path, composer
+) -> None:
+    decl = recipe_decl(name)
+    specs = get_recipe(name).specs
+    assert {s.rule for s in specs.values()} == {"e8m0"}
+    assert {(s.group_contract, s.group_other) for s in specs.values()} == {(32, 1)}
+    cfg = quick(**{"granularity.training": name}, steps=1)
+    summary = train(cfg, RunStore(tmp_path / "runs"), "mx", cache_dir=cache)
+    assert summary.status == "done"
+    assert arm_of(cfg.to_dict()) == decl.label
+    composed = resolve_run(composer(["+experiment=test", f"granularity={name}"]))
+    assert composed.config.granularity.training == name
+    assert composed.config.granularity.rollout is None
+    with pytest.raises(ConfigError, match="MX element formats are emulated"):
+        resolve_run(composer(["backend=verl", f"granularity={name}"]))
