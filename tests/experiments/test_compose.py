@@ -10,6 +10,7 @@ Composition costs ~0.1 s here, so the default run covers every *pair* of group o
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from fp8rl.config import RunConfig
 from fp8rl.experiments.backends import resolve_run
 from fp8rl.experiments.compose import CONF_DIR, SWEEPS_DIR, Composer, compose, expand_grid
 from fp8rl.experiments.schema import ConfigError
+from fp8rl.numerics.registry import BUILTIN, RECIPES
 
 from grid_points import covering_points
 
@@ -47,13 +49,10 @@ PRESETS = [f"+experiment={name}" for name in options("experiment")] + [
 
 
 def test_the_tree_has_the_issues_options() -> None:
-    assert options("granularity") == [
-        "bf16",
-        "blockwise",
-        "fp8_rollout_only",
-        "rowwise",
-        "tensorwise",
-    ]
+    # a preset per shipped training recipe of the registry, plus the FP8-rollout-only row
+    shipped = [d.name for d in BUILTIN if d.trainable]
+    assert options("granularity") == sorted([*shipped, "fp8_rollout_only"])
+    assert {"bf16", "tensorwise", "rowwise", "blockwise"} <= set(shipped)
     assert options("algorithm") == ["dapo", "grpo"]
     assert options("model") == sorted((*TINY_MODELS, *VERL_MODELS))
     assert options("clipping") == ["calibrated", "cispo", "lower_only", "standard"]
@@ -102,13 +101,15 @@ def check_combination(composer: Composer, pick: dict[str, str]) -> None:
         with pytest.raises(ConfigError, match=rf"the {pick['backend']} backend knows"):
             to_run_config(cfg)
         return
+    decl = RECIPES.get(pick["granularity"])
+    if pick["backend"] == "verl" and decl is not None and decl.verl is None:
+        with pytest.raises(ConfigError, match="the verl backend cannot run this recipe"):
+            to_run_config(cfg)
+        return
     run = to_run_config(cfg)
     spelled = {
-        "bf16": ("bf16", None),
-        "tensorwise": ("tensorwise", "tensor"),
-        "rowwise": ("rowwise", "channel"),
-        "blockwise": ("blockwise", "block"),
         "fp8_rollout_only": ("bf16", "block"),
+        **{d.name: (d.name, d.rollout) for d in BUILTIN if d.trainable},  # the Table-2 pairing
     }[pick["granularity"]]
     g, a, c = run.granularity, run.algorithm, run.clipping
     assert (g.training, g.rollout) == spelled
@@ -126,7 +127,9 @@ def check_combination(composer: Composer, pick: dict[str, str]) -> None:
 
 def test_every_pair_of_group_options_composes_and_builds() -> None:
     picks = pairwise_combinations()
-    assert 40 <= len(picks) < 60  # a greedy cover of every pair of options, per backend
+    # a greedy cover of every pair of options, per backend (the granularity options, one per
+    # shipped recipe, make most of it)
+    assert 40 <= len(picks) < 20 * len(options("granularity"))
     with Composer() as composer:
         for pick in picks:
             check_combination(composer, pick)
@@ -218,9 +221,10 @@ def test_the_regime_sweep_is_symmetric_in_width() -> None:
         (["experiment=test"], r"^experiment=test: experiment is a config group that no "),
         # unknown option of a group: its options, as a plain list, and the nearest
         (
-            ["granularity=fp4"],
-            r"^granularity=fp4 is not an option: choose one of bf16, blockwise, "
-            r"fp8_rollout_only, rowwise, tensorwise$",
+            ["granularity=int3"],
+            "^granularity=int3 is not an option: choose one of "
+            + re.escape(", ".join(options("granularity")))
+            + "$",
         ),
         (
             ["+experiment=tabel2"],
@@ -229,9 +233,9 @@ def test_the_regime_sweep_is_symmetric_in_width() -> None:
         (["hydra/launcher=paralel"], r"^hydra/launcher=paralel is not an option: choose one of "),
         # a value outside a closed set, with the valid ones listed
         (
-            ["granularity.training=fp4"],
-            r"granularity.training='fp4' is not one of "
-            r"\['bf16', 'tensorwise', 'rowwise', 'blockwise'\]",
+            ["granularity.training=int3"],
+            "granularity.training='int3' is not one of "
+            + re.escape(str([d.name for d in BUILTIN if d.trainable])),
         ),
         (
             ["clipping.upper_rule=max"],

@@ -34,7 +34,8 @@ def tree(root: Path) -> list[str]:
         (
             ["granularity=row_wise"],
             "granularity=row_wise is not an option: choose one of bf16, blockwise, "
-            "fp8_rollout_only, rowwise, tensorwise (did you mean rowwise?)",
+            "fp8_rollout_only, mxfp4, mxfp6_e2m3, mxfp6_e3m2, mxfp8, rowwise, tensorwise "
+            "(did you mean rowwise?)",
         ),
         (["algorithm.eps_low=0.6"], "keys: algorithm.eps_low, algorithm.eps_high"),
         (["algorithm.eps_high=5.0"], "algorithm.eps_high=5.0 is out of range: need 0.0 <= x"),
