@@ -371,6 +371,8 @@ class CalibrationKnobs:
         is where ``data`` was read from, for the messages (``ConfigError``, a ValueError)."""
         prefix = f"{key}." if key else ""
         names = [f.name for f in dataclasses.fields(CalibrationKnobs)]
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{key or 'the knobs'}={data!r}: need a mapping of knobs {names}")
         unknown = sorted(set(data) - set(names))
         if unknown:
             raise ConfigError(

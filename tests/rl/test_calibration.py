@@ -321,6 +321,8 @@ def test_the_knobs_travel_as_one_value_and_come_back_checked():
         CalibrationKnobs.from_knobs_dict({"perod": 3}, "pl.calibration")
     with pytest.raises(ValueError, match=r"^pl\.calibration\.pool='epoch' is not one of"):
         CalibrationKnobs.from_knobs_dict({"pool": "epoch"}, "pl.calibration")
+    with pytest.raises(ValueError, match=r"^pl\.calibration=20: need a mapping of knobs"):
+        CalibrationKnobs.from_knobs_dict(20, "pl.calibration")  # type: ignore[arg-type]
     assert CalibrationKnobs.calibration_only() == tuple(
         k for k in data if k not in ("init_low", "init_high")
     )
