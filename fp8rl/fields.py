@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,9 +106,17 @@ def num_list(
     return field(default_factory=lambda: list(default), metadata=meta)
 
 
-def choice(default: str | None, options: tuple[str, ...], *, null: str | None = None) -> Any:
-    """A field whose value is one of ``options`` (the room that implements them names them)."""
-    return field(default=default, metadata={"choices": tuple(options), "null": null})
+def choice(default: str | None, options: Sequence[str], *, null: str | None = None) -> Any:
+    """A field whose value is one of ``options`` (the room that implements them names them).
+
+    A tuple is kept as given; another sequence is kept as a live view (the recipe
+    registry's ``RecipeNames``: a recipe registered later is a valid choice at once)."""
+    opts = (
+        options
+        if isinstance(options, Sequence) and not isinstance(options, list)
+        else tuple(options)
+    )
+    return field(default=default, metadata={"choices": opts, "null": null})
 
 
 def like(cls: type, name: str) -> Any:
