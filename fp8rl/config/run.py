@@ -23,15 +23,15 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from fp8rl.config.fields import ConfigError, check_fields, choice, num, num_list
+from fp8rl.config.fields import ConfigError, check_fields, choice, like, num, num_list
 from fp8rl.numerics.linears import BF16_COMPUTE
 from fp8rl.numerics.registry import RecipeNames, recipe_decl
 from fp8rl.numerics.rollout import ActScale, RolloutQuantConfig, WeightScale
 from fp8rl.rl.advantages import ALGORITHMS, KL_TYPES
 from fp8rl.rl.aggregation import LOSS_AGG_MODES
-from fp8rl.rl.calibration import CLIPPING_MODES, POOL_MODES, UPPER_RULES, CalibratorConfig
+from fp8rl.rl.calibration import CLIPPING_MODES, CalibrationKnobs, CalibratorConfig
 from fp8rl.rl.correction import OLD_LOGPROB_SOURCES, MismatchCorrection
 from fp8rl.rl.losses import LIVE_BOUND_LOSSES, POLICY_LOSSES
 
@@ -73,7 +73,8 @@ BACKENDS = ("tiny", "verl")
 #: The hard cap on a run's steps (RL and SFT; ``sizes_compute``): about three days of the
 #: default tiny-s run (2.4 s a step), years on a verl cluster; the longest preset here is
 #: 500 steps (scale/verl_none.yaml). Every "every N steps" setting shares it: a period
-#: longer than the longest run never comes.
+#: longer than the longest run never comes (``clipping.period``'s is the calibrator's
+#: ``MAX_PERIOD``, the same number: tests/config checks).
 MAX_STEPS = 100_000
 #: Responses, prompts or items in one batch: 2**16, past what any rollout batch here holds
 #: (the verl DAPO preset: 512 prompts x 16 samples).
@@ -155,9 +156,9 @@ class AlgorithmConfig:
     """
 
     name: str = choice("grpo", ALGORITHMS)
-    eps_low: float = num(0.2, ge=0.0, lt=1.0)
-    # 1 + eps_high is the initial upper bound, which Calibrated Clipping's hard limit caps
-    eps_high: float = num(0.2, ge=0.0, le=CalibratorConfig.high_max - 1.0)
+    # the BF16 reference Calibrated Clipping matches: declared with the calibrator's
+    eps_low: float = like(CalibratorConfig, "eps_low")
+    eps_high: float = like(CalibratorConfig, "eps_high")
     clip_ratio_c: float = num(3.0, gt=1.0, le=100.0)  # verl: 3; beyond 100 never dual-clips
     loss_agg_mode: str = choice("token-mean", LOSS_AGG_MODES)
     dynamic_sampling: bool = False
@@ -206,7 +207,15 @@ class ModelConfig:
 
 
 @dataclass
-class ClippingConfig:
+class _PolicyLoss:
+    """``clipping.loss`` and ``clipping.mode`` (first in the group, as the tree lists them)."""
+
+    loss: str = choice("calibrated_clip", tuple(POLICY_LOSSES))
+    mode: str = choice("standard", CLIPPING_MODES)
+
+
+@dataclass
+class ClippingConfig(CalibrationKnobs, _PolicyLoss):
     """The policy loss and its bounds: standard clipping or Calibrated Clipping.
 
     loss: the policy loss by name (``fp8rl.rl.POLICY_LOSSES``,
@@ -214,9 +223,12 @@ class ClippingConfig:
     live bounds), ``calibrated_clip`` (PPO clip at the active bounds), ``fp8rl_cispo``
     (CISPO: clip the IS weight, never drop a gradient; a control).
     mode: ``standard`` (fixed bounds) or ``calibrated`` (``fp8rl.rl.CalibratorConfig``).
-    period: K, recalibrate every K steps. smoothing: EMA weight on the current bound.
-    init_low, init_high: bounds before the first calibration (null: 1 -/+ eps); with
-        ``standard`` they are the fixed bounds for the whole run.
+
+    The rest are Calibrated Clipping's knobs, declared with their ranges in
+    ``fp8rl.rl.calibration.CalibrationKnobs`` (this group is that class plus ``loss`` and
+    ``mode``): period: K, recalibrate every K steps. smoothing: EMA weight on the current
+    bound. init_low, init_high: bounds before the first calibration (null: 1 -/+ eps); with
+    ``standard`` they are the fixed bounds for the whole run.
     upper_rule: ``balance`` (the paper) or ``quantile``. lower_only: calibrate L only.
     calibrate_at_start: also calibrate on step 1. max_step: cap on one move of a bound.
     pool: ``batch`` (the paper: the calibration step's batch alone) or ``period`` (every
@@ -225,31 +237,7 @@ class ClippingConfig:
         BF16's clipped tail on its side (0: the paper's mode; a tail of 0 always holds).
     """
 
-    loss: str = choice("calibrated_clip", tuple(POLICY_LOSSES))
-    mode: str = choice("standard", CLIPPING_MODES)
-    period: int = num(CalibratorConfig.period, ge=1, le=MAX_STEPS)
-    smoothing: float = num(CalibratorConfig.smoothing, ge=0.0, lt=1.0)
-    init_low: float | None = num(None, gt=0.0, lt=1.0, null="1 - algorithm.eps_low")
-    # the calibrator's hard limit on the upper bound (fp8rl.rl.CalibratorConfig.high_max)
-    init_high: float | None = num(
-        None, gt=1.0, le=CalibratorConfig.high_max, null="1 + algorithm.eps_high"
-    )
-    upper_rule: str = choice(CalibratorConfig.upper_rule, UPPER_RULES)
-    lower_only: bool = CalibratorConfig.lower_only
-    calibrate_at_start: bool = CalibratorConfig.calibrate_at_start
-    # the bounds live between the calibrator's hard limits: a larger move caps nothing
-    max_step: float | None = num(
-        CalibratorConfig.max_step,
-        gt=0.0,
-        le=CalibratorConfig.high_max - CalibratorConfig.low_min,
-        null="no cap",
-    )
-    pool: str = choice(CalibratorConfig.pool, POOL_MODES)
-    # tokens pooled over a period: 1e9 is more than any period's batches generate
-    min_tail_tokens: int = num(CalibratorConfig.min_tail_tokens, ge=0, le=1_000_000_000)
-
-    def __post_init__(self) -> None:
-        check_fields(self, "clipping")
+    KEY: ClassVar[str] = "clipping"
 
 
 @dataclass
@@ -398,22 +386,12 @@ class RunConfig:
     def calibrator_config(self) -> CalibratorConfig:
         """Calibrated Clipping's config (``enabled`` only with ``clipping.mode=calibrated``;
         with ``standard`` its initial bounds are the fixed bounds)."""
-        c = self.clipping
-        return CalibratorConfig(
+        return CalibratorConfig.of(
+            self.clipping,
             eps_low=self.algorithm.eps_low,
             eps_high=self.algorithm.eps_high,
-            period=c.period,
-            smoothing=c.smoothing,
-            init_low=c.init_low,
-            init_high=c.init_high,
-            max_step=c.max_step,
-            upper_rule=c.upper_rule,
-            lower_only=c.lower_only,
-            pool=c.pool,
-            min_tail_tokens=c.min_tail_tokens,
-            calibrate_at_start=c.calibrate_at_start,
             start_step=1,
-            enabled=c.mode == "calibrated",
+            enabled=self.clipping.mode == "calibrated",
         )
 
     def rollout_quant(self) -> RolloutQuantConfig | None:
@@ -596,8 +574,7 @@ def resolve(
         reset("train.tis_threshold", "TIS is off")
     changes["algorithm.overlong_buffer_len"] = cfg.overlong_buffer or 0
     if cfg.clipping.mode == "standard":
-        calibration = ("period", "smoothing", "upper_rule", "lower_only", "pool")
-        for knob in (*calibration, "min_tail_tokens", "calibrate_at_start", "max_step"):
+        for knob in CalibrationKnobs.calibration_only():
             reset(f"clipping.{knob}", "clipping.mode=standard does not calibrate")
     if not a.kl_coef:
         reset("algorithm.kl_type", "algorithm.kl_coef=0 (no KL term)")

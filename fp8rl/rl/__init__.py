@@ -18,6 +18,7 @@ from fp8rl.rl.advantages import (
 from fp8rl.rl.aggregation import LOSS_AGG_MODES, agg_loss, masked_mean, masked_sum
 from fp8rl.rl.bounds import bounds_from_clip_ratios, check_bounds, clip_ratios_from_bounds
 from fp8rl.rl.calibration import (
+    CalibrationKnobs,
     CalibrationResult,
     Calibrator,
     CalibratorConfig,
@@ -63,6 +64,7 @@ __all__ = [
     "SHADOW_CLIP_COUNTS",
     "TIS_TOKEN_C2",
     "ActorLossConfig",
+    "CalibrationKnobs",
     "CalibrationResult",
     "Calibrator",
     "CalibratorConfig",

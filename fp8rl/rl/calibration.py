@@ -101,11 +101,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
+from fp8rl.fields import ConfigError, check_fields, choice, num
 from fp8rl.rl.bounds import check_bounds
 from fp8rl.rl.diagnostics import quantiles_linear
 
@@ -310,9 +312,82 @@ def calibrated_upper_bound(
 # The calibrator: live bounds, period, smoothing, limits, serialisable state
 
 
+#: The hard limits on the bounds (:class:`CalibratorConfig`'s defaults), which the knobs'
+#: ranges below respect.
+LOW_MIN, LOW_MAX, HIGH_MIN, HIGH_MAX = 0.5, 0.99, 1.01, 2.0
+#: The longest period: a run's step cap (``fp8rl.config.run.MAX_STEPS``; a period longer than
+#: the longest run never comes).
+MAX_PERIOD = 100_000
+
+
 @dataclass
-class CalibratorConfig:
-    """Hyperparameters of Calibrated Clipping (every field is an ablation knob).
+class CalibrationKnobs:
+    """Calibrated Clipping's knobs, each with its accepted values, declared once.
+
+    The run config's ``clipping`` group is these fields under their own names
+    (``clipping.period``, ...; ``fp8rl.config.ClippingConfig`` derives from this class),
+    :class:`CalibratorConfig` is them plus the BF16 reference trust region and the hard
+    limits, and verl's policy-loss config carries them as one value, :meth:`knobs_dict` written
+    and :meth:`from_knobs_dict` read back (``fp8rl.rl.verl_registry``). The meaning of each:
+    :class:`CalibratorConfig`. Checked when built (``fp8rl.fields.check_fields``), messages
+    naming ``<KEY>.<knob>``.
+    """
+
+    #: The config key the knobs sit under, in messages ("" for the bare knob names).
+    KEY: ClassVar[str] = ""
+    #: The knobs standard clipping reads too: its fixed bounds.
+    FIXED_BOUNDS: ClassVar[tuple[str, ...]] = ("init_low", "init_high")
+
+    period: int = num(20, ge=1, le=MAX_PERIOD)
+    smoothing: float = num(0.5, ge=0.0, lt=1.0)
+    init_low: float | None = num(None, gt=0.0, lt=1.0, null="1 - algorithm.eps_low")
+    # the hard limit on the upper bound (HIGH_MAX)
+    init_high: float | None = num(None, gt=1.0, le=HIGH_MAX, null="1 + algorithm.eps_high")
+    upper_rule: str = choice("balance", UPPER_RULES)
+    lower_only: bool = False
+    calibrate_at_start: bool = False
+    # the bounds live between the hard limits: a larger move caps nothing
+    max_step: float | None = num(None, gt=0.0, le=HIGH_MAX - LOW_MIN, null="no cap")
+    pool: str = choice("batch", POOL_MODES)
+    # tokens pooled over a period: 1e9 is more than any period's batches generate
+    min_tail_tokens: int = num(0, ge=0, le=1_000_000_000)
+
+    def __post_init__(self) -> None:
+        check_fields(self, self.KEY)
+
+    def knobs_dict(self) -> dict[str, Any]:
+        """The knobs alone, as plain values (a subclass's other fields left out)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(CalibrationKnobs)}
+
+    @classmethod
+    def calibration_only(cls) -> tuple[str, ...]:
+        """The knobs only a calibrating run reads (all but :attr:`FIXED_BOUNDS`), in order."""
+        names = (f.name for f in dataclasses.fields(CalibrationKnobs))
+        return tuple(n for n in names if n not in cls.FIXED_BOUNDS)
+
+    @staticmethod
+    def from_knobs_dict(data: Mapping[str, Any], key: str = "") -> CalibrationKnobs:
+        """The knobs of :meth:`knobs_dict` (missing ones at their defaults), checked; ``key``
+        is where ``data`` was read from, for the messages (``ConfigError``, a ValueError)."""
+        prefix = f"{key}." if key else ""
+        names = [f.name for f in dataclasses.fields(CalibrationKnobs)]
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{key or 'the knobs'}={data!r}: need a mapping of knobs {names}")
+        unknown = sorted(set(data) - set(names))
+        if unknown:
+            raise ConfigError(
+                f"unknown calibration knob(s) {[prefix + k for k in unknown]}; the knobs: {names}"
+            )
+        try:
+            return CalibrationKnobs(**data)
+        except ConfigError as exc:  # its message starts with the knob's name
+            raise ConfigError(f"{prefix}{exc}") from None
+
+
+@dataclass
+class CalibratorConfig(CalibrationKnobs):
+    """Hyperparameters of Calibrated Clipping: the run's :class:`CalibrationKnobs` plus the
+    BF16 reference it matches, the hard limits and the schedule's start.
 
     Attributes:
         eps_low, eps_high: the BF16 reference trust region ``[1 - eps_low, 1 + eps_high]``
@@ -345,48 +420,28 @@ class CalibratorConfig:
             when the initial bounds are the standard ones).
     """
 
-    eps_low: float = 0.2
-    eps_high: float = 0.2
-    period: int = 20
-    smoothing: float = 0.5
-    init_low: float | None = None
-    init_high: float | None = None
-    low_min: float = 0.5
-    low_max: float = 0.99
-    high_min: float = 1.01
-    high_max: float = 2.0
-    max_step: float | None = None
-    upper_rule: str = "balance"
-    lower_only: bool = False
-    pool: str = "batch"
-    min_tail_tokens: int = 0
-    calibrate_at_start: bool = False
+    eps_low: float = num(0.2, ge=0.0, lt=1.0)
+    # 1 + eps_high is the initial upper bound, which the hard limit caps
+    eps_high: float = num(0.2, ge=0.0, le=HIGH_MAX - 1.0)
+    low_min: float = LOW_MIN
+    low_max: float = LOW_MAX
+    high_min: float = HIGH_MIN
+    high_max: float = HIGH_MAX
     start_step: int = 1
     enabled: bool = True
 
+    @classmethod
+    def of(cls, knobs: CalibrationKnobs, **rest: Any) -> CalibratorConfig:
+        """The calibrator config of ``knobs`` (any :class:`CalibrationKnobs`, the run
+        config's ``clipping`` group among them) with the other fields from ``rest``."""
+        return cls(**knobs.knobs_dict(), **rest)
+
     def __post_init__(self) -> None:
-        if not 0.0 <= self.eps_low < 1.0 or self.eps_high < 0.0:
-            raise ValueError(
-                f"need 0 <= eps_low < 1 and eps_high >= 0, got {self.eps_low}, {self.eps_high}"
-            )
-        if int(self.period) != self.period or self.period < 1:
-            raise ValueError(f"period must be a positive integer, got {self.period}")
-        if not 0.0 <= self.smoothing < 1.0:
-            raise ValueError(f"smoothing must lie in [0, 1), got {self.smoothing}")
+        super().__post_init__()
         if not 0.0 <= self.low_min <= self.low_max <= 1.0 <= self.high_min <= self.high_max:
             raise ValueError(
                 "need 0 <= low_min <= low_max <= 1 <= high_min <= high_max, got "
                 f"{self.low_min}, {self.low_max}, {self.high_min}, {self.high_max}"
-            )
-        if self.max_step is not None and self.max_step <= 0:
-            raise ValueError(f"max_step must be positive, got {self.max_step}")
-        if self.upper_rule not in UPPER_RULES:
-            raise ValueError(f"upper_rule must be one of {UPPER_RULES}, got {self.upper_rule!r}")
-        if self.pool not in POOL_MODES:
-            raise ValueError(f"pool must be one of {POOL_MODES}, got {self.pool!r}")
-        if int(self.min_tail_tokens) != self.min_tail_tokens or self.min_tail_tokens < 0:
-            raise ValueError(
-                f"min_tail_tokens must be a non-negative integer, got {self.min_tail_tokens}"
             )
         low, high = self.initial_bounds()
         check_bounds(low, high)

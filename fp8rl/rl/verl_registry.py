@@ -20,12 +20,12 @@ tests/rl/test_verl_plugin.py checks the registration in a fresh process.
 Hyperparameters. verl's ``PolicyLossConfig`` is a strict dataclass: unknown keys under
 ``actor_rollout_ref.actor.policy_loss`` make Hydra's instantiation fail. verl builds it
 from the ``_target_`` in the config, so the supported way is a subclass selected by
-``_target_``::
+``_target_``, with Calibrated Clipping's knobs as one value, ``calibration`` (the
+``fp8rl.rl.calibration.CalibrationKnobs`` fields; missing ones at their defaults)::
 
     actor_rollout_ref.actor.policy_loss._target_=fp8rl.rl.verl_registry.CalibratedClipLossConfig
     actor_rollout_ref.actor.policy_loss.loss_mode=calibrated_clip
-    +actor_rollout_ref.actor.policy_loss.calib_period=20          # '+' adds a new key
-    +actor_rollout_ref.actor.policy_loss.calib_upper_rule=balance
+    +actor_rollout_ref.actor.policy_loss.calibration={period:20,upper_rule:balance}  # '+': new
 
 The loss receives verl's ``ActorConfig`` as ``config`` and reads ``config.policy_loss``.
 ``clip_low``/``clip_high`` are the live bounds: mutable fields (verl's ``BaseConfig``
@@ -44,7 +44,7 @@ from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, register_policy_lo
 from verl.workers.config import PolicyLossConfig
 
 from fp8rl.rl.bounds import check_bounds
-from fp8rl.rl.calibration import CalibratorConfig
+from fp8rl.rl.calibration import CalibrationKnobs, CalibratorConfig
 from fp8rl.rl.losses import POLICY_LOSSES, PolicyLossOptions
 
 logger = logging.getLogger(__name__)
@@ -69,6 +69,10 @@ for _name, _fn in VERL_LOSS_NAMES.items():
     register_policy_loss(_name)(_fn)
 
 
+#: Where verl's config holds the knobs (the messages name it).
+CALIBRATION_KEY = "actor_rollout_ref.actor.policy_loss.calibration"
+
+
 @dataclass
 class CalibratedClipLossConfig(PolicyLossConfig):
     """verl's ``PolicyLossConfig`` plus fp8rl's loss options and calibration knobs.
@@ -80,10 +84,11 @@ class CalibratedClipLossConfig(PolicyLossConfig):
     ``clip_high`` (live bounds, mutable; None = standard), ``diagnostics``,
     ``histograms``, ``require_rollout_is_weights``.
 
-    Calibration knobs (``calib_*``, same meaning as ``fp8rl.rl.calibration.CalibratorConfig``
-    without the prefix - ``calib_at_start`` is ``calibrate_at_start``; ``eps_low``/``eps_high``
-    come from the actor's ``clip_ratio_low``/``clip_ratio_high``): one field per knob of
-    ``CalibratorConfig`` (a test checks the two agree), see :meth:`calibrator_config`.
+    ``calibration``: Calibrated Clipping's knobs as one mapping,
+    ``fp8rl.rl.calibration.CalibrationKnobs.knobs_dict`` (missing knobs at their defaults;
+    ``eps_low``/``eps_high`` come from the actor's ``clip_ratio_low``/``clip_ratio_high``),
+    read back into :class:`CalibrationKnobs` and checked when verl builds the config
+    (:attr:`knobs`); null: no calibration (the bounds stay fixed).
     """
 
     _mutable_fields: ClassVar[set[str]] = PolicyLossConfig._mutable_fields | {
@@ -97,22 +102,7 @@ class CalibratedClipLossConfig(PolicyLossConfig):
     diagnostics: bool = True
     histograms: bool = True
     require_rollout_is_weights: bool = False
-    # defaults are CalibratorConfig's own, so the two cannot drift apart
-    calib_enabled: bool = CalibratorConfig.enabled
-    calib_period: int = CalibratorConfig.period
-    calib_smoothing: float = CalibratorConfig.smoothing
-    calib_init_low: float | None = CalibratorConfig.init_low
-    calib_init_high: float | None = CalibratorConfig.init_high
-    calib_low_min: float = CalibratorConfig.low_min
-    calib_low_max: float = CalibratorConfig.low_max
-    calib_high_min: float = CalibratorConfig.high_min
-    calib_high_max: float = CalibratorConfig.high_max
-    calib_max_step: float | None = CalibratorConfig.max_step
-    calib_upper_rule: str = CalibratorConfig.upper_rule
-    calib_lower_only: bool = CalibratorConfig.lower_only
-    calib_at_start: bool = CalibratorConfig.calibrate_at_start
-    calib_pool: str = CalibratorConfig.pool
-    calib_min_tail_tokens: int = CalibratorConfig.min_tail_tokens
+    calibration: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.loss_mode not in VERL_LOSS_NAMES:
@@ -127,28 +117,26 @@ class CalibratedClipLossConfig(PolicyLossConfig):
             raise ValueError("set both clip_low and clip_high, or neither")
         if self.clip_low is not None:
             check_bounds(self.clip_low, self.clip_high)
+        self.knobs  # noqa: B018 (checks them where verl builds the config)
+
+    @property
+    def knobs(self) -> CalibrationKnobs | None:
+        """``calibration`` read back into :class:`CalibrationKnobs`, checked; None: no
+        calibration."""
+        if self.calibration is None:
+            return None
+        return CalibrationKnobs.from_knobs_dict(self.calibration, CALIBRATION_KEY)
 
     def calibrator_config(self, eps_low: float, eps_high: float) -> CalibratorConfig:
         """The :class:`CalibratorConfig` these knobs describe, for the BF16 reference
-        ``eps_low``/``eps_high`` (pass the actor's ``clip_ratio_low``/``clip_ratio_high``)."""
-        return CalibratorConfig(
+        ``eps_low``/``eps_high`` (pass the actor's ``clip_ratio_low``/``clip_ratio_high``);
+        ``enabled`` exactly when ``calibration`` is set."""
+        knobs = self.knobs
+        return CalibratorConfig.of(
+            knobs or CalibrationKnobs(),
             eps_low=eps_low,
             eps_high=eps_high,
-            enabled=self.calib_enabled,
-            period=self.calib_period,
-            smoothing=self.calib_smoothing,
-            init_low=self.calib_init_low,
-            init_high=self.calib_init_high,
-            low_min=self.calib_low_min,
-            low_max=self.calib_low_max,
-            high_min=self.calib_high_min,
-            high_max=self.calib_high_max,
-            max_step=self.calib_max_step,
-            upper_rule=self.calib_upper_rule,
-            lower_only=self.calib_lower_only,
-            calibrate_at_start=self.calib_at_start,
-            pool=self.calib_pool,
-            min_tail_tokens=self.calib_min_tail_tokens,
+            enabled=knobs is not None,
             start_step=1,  # verl's global_steps start at 1
         )
 
@@ -193,24 +181,4 @@ def _check_option_mirror() -> None:
         raise RuntimeError(f"PolicyLossOptions and CalibratedClipLossConfig disagree on {missing}")
 
 
-#: CalibratorConfig fields that are not ``calib_*`` knobs (the actor's clip ratios, verl's
-#: first step) and the knobs whose ``calib_*`` name differs from the field's.
-_NOT_KNOBS = ("eps_low", "eps_high", "start_step")
-_KNOB_NAMES = {"calibrate_at_start": "calib_at_start"}
-
-
-def _check_calibrator_mirror() -> None:
-    """Every CalibratorConfig knob has its ``calib_*`` field here, with the same default."""
-    ours = {f.name: f.default for f in fields(CalibratedClipLossConfig)}
-    wrong = {
-        f.name
-        for f in fields(CalibratorConfig)
-        if f.name not in _NOT_KNOBS
-        and ours.get(_KNOB_NAMES.get(f.name, f"calib_{f.name}"), object()) != f.default
-    }
-    if wrong:
-        raise RuntimeError(f"CalibratedClipLossConfig lacks or mis-defaults calib_* for {wrong}")
-
-
 _check_option_mirror()
-_check_calibrator_mirror()

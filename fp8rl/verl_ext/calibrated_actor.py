@@ -17,7 +17,7 @@ from the class attribute ``actor_worker_cls``; :class:`Fp8rlActorRolloutRefWorke
 1. ``train_mini_batch`` (one RL step): the bounds in force at this step
    (``DistributedCalibrator.bounds_for_step``) are set on the loss's config
    (``fp8rl.rl.verl_registry.set_live_bounds``) before the first update. On a shadow step
-   (a calibration step, every step with ``calib_pool=period``, every ``fp8rl_shadow_every``
+   (a calibration step, every step with ``calibration.pool=period``, every ``fp8rl_shadow_every``
    steps) it first runs the BF16 shadow of the whole batch before any update - verl's own
    old-log-prob pass (``TrainingWorker.infer_batch``, same micro-batching as the FP8 ``pi_old``)
    inside the engine's ``shadow()`` - and tags each row with its index (:data:`ROW_KEY`).

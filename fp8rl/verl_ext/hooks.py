@@ -2,7 +2,7 @@
 
 verl 0.9.1 lacks three things the paper's grid needs (docs/verl_backend.md, "fp8rl inside
 verl"). The translation (``fp8rl.verl_ext.translate``) selects one of these classes with a
-``_target_`` override and sets its ``fp8rl_*``/``calib_*`` fields; verl builds them itself
+``_target_`` override and sets its ``fp8rl_*``/``calibration`` fields; verl builds them itself
 (``omega_conf_to_dataclass``: in the driver's ``validate_config`` for the actor's, in every
 worker), and each checks its fields there, before anything trains, and sets up what
 implements it in that process:
@@ -13,10 +13,10 @@ implements it in that process:
   :mod:`fp8rl.verl_ext.fp8_engine`, which registers the FP8 engine in verl's
   ``EngineRegistry`` before the worker builds its engine.
 - ``calibrated_clipping`` — :class:`CalibratedClippingConfig` as
-  ``actor_rollout_ref.actor.policy_loss``: the ``calib_*`` knobs of
-  ``fp8rl.rl.verl_registry.CalibratedClipLossConfig`` (one field per
-  ``fp8rl.rl.CalibratorConfig`` knob) and ``fp8rl_shadow_every``. The BF16 shadow forwards, the
-  calibrator and the bound updates run in fp8rl's actor worker
+  ``actor_rollout_ref.actor.policy_loss``: ``calibration``, the knobs of
+  ``fp8rl.rl.verl_registry.CalibratedClipLossConfig`` (one mapping of the
+  ``fp8rl.rl.calibration.CalibrationKnobs`` fields), and ``fp8rl_shadow_every``. The BF16
+  shadow forwards, the calibrator and the bound updates run in fp8rl's actor worker
   (:mod:`fp8rl.verl_ext.calibrated_actor`), which verl uses under fp8rl's trainer
   (``trainer.v1.trainer_mode=fp8rl_sync``, :mod:`fp8rl.verl_ext.actor_trainer`); the losses
   refuse to run a calibrated config no actor drives (``fp8rl.rl.verl_registry``).
@@ -127,12 +127,9 @@ class CalibratedClippingConfig(CalibratedClipLossConfig):
     """fp8rl's policy-loss config plus what the actor does around the loss (hook
     ``calibrated_clipping``): ``fp8rl_shadow_every`` (BF16 shadow forwards and their
     ``fp8rl/shadow/*`` metrics every this many steps besides calibration steps; 0: only
-    those). The calibration knobs are the parent's ``calib_*`` fields. ``calib_enabled``
-    defaults to false here (standard clipping is this class with it false; the parent's true
-    would claim a calibration nothing asked for). Selected for every fp8rl loss
-    (``calibrated_clip``, ``fp8rl_cispo``)."""
+    those). The calibration knobs are the parent's ``calibration`` (null: standard
+    clipping). Selected for every fp8rl loss (``calibrated_clip``, ``fp8rl_cispo``)."""
 
-    calib_enabled: bool = False
     fp8rl_shadow_every: int = 0
 
     def __post_init__(self) -> None:
@@ -146,7 +143,7 @@ class CalibratedClippingConfig(CalibratedClipLossConfig):
     @property
     def needs_actor(self) -> bool:
         """Whether fp8rl's actor worker must drive this config (calibration or shadows)."""
-        return bool(self.calib_enabled or self.fp8rl_shadow_every)
+        return self.calibration is not None or bool(self.fp8rl_shadow_every)
 
     def attach_actor(self, name: str) -> None:
         """Record that ``name`` (fp8rl's actor worker) drives this config in this process."""
@@ -157,7 +154,7 @@ class CalibratedClippingConfig(CalibratedClipLossConfig):
         would clip at the initial bounds for the whole run (fp8rl's losses call this)."""
         if self.needs_actor and getattr(self, "_fp8rl_actor", None) is None:
             raise RuntimeError(
-                f"policy_loss.calib_enabled={self.calib_enabled}, fp8rl_shadow_every="
+                f"policy_loss.calibration={self.calibration}, fp8rl_shadow_every="
                 f"{self.fp8rl_shadow_every}, but no fp8rl actor worker drives the calibration "
                 "in this process, so the bounds would never move: run fp8rl's trainer "
                 "(trainer.v1.trainer_mode=fp8rl_sync, with FP8RL_VERL_TRAINER=1 in the "

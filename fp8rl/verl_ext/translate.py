@@ -26,8 +26,9 @@ them; docs/verl_backend.md, "fp8rl inside verl"):
 
 - FP8 training: ``actor.fsdp_config._target_=fp8rl.verl_ext.hooks.FP8EngineConfig`` with the
   recipe (fp8rl's FP8 FSDP2 engine, :mod:`fp8rl.verl_ext.fp8_engine`);
-- Calibrated Clipping and BF16 shadow diagnostics: the ``calib_*``/``fp8rl_shadow_every``
-  fields of ``policy_loss`` (:class:`~fp8rl.verl_ext.hooks.CalibratedClippingConfig`), run by
+- Calibrated Clipping and BF16 shadow diagnostics: the ``calibration`` (the knobs, one
+  mapping: ``clipping``'s ``CalibrationKnobs.knobs_dict``) and ``fp8rl_shadow_every`` fields
+  of ``policy_loss`` (:class:`~fp8rl.verl_ext.hooks.CalibratedClippingConfig`), run by
   fp8rl's trainer and actor worker: ``trainer.v1.trainer_mode=fp8rl_sync`` and
   ``FP8RL_VERL_TRAINER=1`` (:mod:`fp8rl.verl_ext.actor_trainer`);
 - a rollout scaling other than vLLM's 128x128 blocks: ``rollout._target_=...FP8RolloutConfig``
@@ -171,6 +172,8 @@ def _value(value: Any) -> str:
         return repr(value)
     if isinstance(value, list | tuple):
         return "[" + ",".join(_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # keys are identifiers (config field names)
+        return "{" + ",".join(f"{k}:{_value(v)}" for k, v in value.items()) + "}"
     text = str(value)
     if _BARE.match(text) and text not in ("null", "true", "false") and not _number(text):
         return text
@@ -367,26 +370,12 @@ def _loss(o: _Overrides, cfg: RunConfig, hooks: list[str], workers_env: dict[str
         return
     o.set(f"{pl}._target_", f"{_HOOKS}.CalibratedClippingConfig")
     calibrated = c.mode == "calibrated"
-    o.add(f"{pl}.calib_enabled", calibrated)
+    o.add(f"{pl}.calibration", c.knobs_dict() if calibrated else None)  # the knobs, one value
     if calibrated or t.shadow_every:  # fp8rl's actor: its trainer places the worker
         hooks.append("calibrated_clipping")
         o.set("trainer.v1.trainer_mode", TRAINER_MODE)
         workers_env[TRAINER_ENV_VAR] = "1"
-    if calibrated:
-        for knob, value in (
-            ("period", c.period),
-            ("smoothing", c.smoothing),
-            ("init_low", c.init_low),
-            ("init_high", c.init_high),
-            ("max_step", c.max_step),
-            ("upper_rule", c.upper_rule),
-            ("lower_only", c.lower_only),
-            ("at_start", c.calibrate_at_start),
-            ("pool", c.pool),
-            ("min_tail_tokens", c.min_tail_tokens),
-        ):
-            o.add(f"{pl}.calib_{knob}", value)
-    elif c.init_low is not None or c.init_high is not None:
+    if not calibrated and (c.init_low is not None or c.init_high is not None):
         low, high = cfg.nominal_bounds
         o.add(f"{pl}.clip_low", c.init_low if c.init_low is not None else low)
         o.add(f"{pl}.clip_high", c.init_high if c.init_high is not None else high)
@@ -474,12 +463,18 @@ def _reward(o: _Overrides, cfg: RunConfig) -> None:
         o.add(f"{kw}.max_resp_len", cfg.rollout.max_new_tokens)
 
 
+def _nested(a: str, b: str) -> bool:
+    """Whether one dotted key lies inside the other."""
+    return a.startswith(b + ".") or b.startswith(a + ".")
+
+
 def check_overrides(overrides: Sequence[str], own: int | None = None) -> None:
     """Refuse what verl would silently change. ``overrides[:own]`` are the harness's,
     the rest ``cluster.extra_overrides``.
 
-    - A key set twice (an extra override of a key the harness sets): the run id would
-      not see the change.
+    - A key set twice (an extra override of a key the harness sets), or a key inside one
+      set as a whole (``policy_loss.calibration.period`` beside ``policy_loss.calibration``):
+      the run id would not see the change.
     - ``algorithm.rollout_correction.bypass_mode=true`` with an fp8rl loss and the legacy
       trainer (``trainer.use_v1=false``): its ``apply_bypass_mode``
       (``verl/trainer/ppo/rollout_corr_helper.py``, called by ``ray_trainer.py``) sets
@@ -490,11 +485,13 @@ def check_overrides(overrides: Sequence[str], own: int | None = None) -> None:
     seen: dict[str, int] = {}
     for i, item in enumerate(overrides):
         key = override_key(item)
-        if key in seen:
+        same = key if key in seen else next((k for k in seen if _nested(k, key)), None)
+        if same is not None:
             who = "cluster.extra_overrides" if i >= own else "the translation"
+            what = "again" if same == key else f"with {same} set whole"
             raise ConfigError(
-                f"{who} sets {key} again ({overrides[seen[key]]!r}, then {item!r}): the harness "
-                "sets it from the run config, so change the run config's key instead"
+                f"{who} sets {key} {what} ({overrides[seen[same]]!r}, then {item!r}): the "
+                "harness sets it from the run config, so change the run config's key instead"
             )
         seen[key] = i
     values = {override_key(item): item.split("=", 1)[1] for item in overrides}

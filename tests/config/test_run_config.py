@@ -11,10 +11,11 @@ import typing
 
 import pytest
 
-from fp8rl.config import ConfigError, RunConfig, leaf_fields, override, resolve
+from fp8rl.config import ClippingConfig, ConfigError, RunConfig, leaf_fields, override, resolve
 from fp8rl.config.fields import Range, check_fields, num
+from fp8rl.config.run import MAX_STEPS
 from fp8rl.rl import LIVE_BOUND_LOSSES, POLICY_LOSSES
-from fp8rl.rl.calibration import UPPER_RULES
+from fp8rl.rl.calibration import UPPER_RULES, CalibrationKnobs, CalibratorConfig
 
 from room_rules import REPO, imported_modules
 
@@ -204,6 +205,55 @@ def test_resolve_fills_derived_values_and_resets_unused_ones() -> None:
     assert again == resolved and nothing == {}
 
 
+#: The clipping group's Hydra keys (sweeps, presets, docs and committed results use them).
+CLIPPING_KEYS = (
+    "loss mode period smoothing init_low init_high upper_rule lower_only calibrate_at_start "
+    "max_step pool min_tail_tokens"
+).split()
+
+
+def test_the_calibration_knobs_are_declared_once_and_the_clipping_group_is_them() -> None:
+    """``clipping`` is ``CalibrationKnobs`` (same declarations, same keys in the same order)
+    plus ``loss``/``mode``; eps_low/eps_high are the calibrator's declarations; the
+    calibrator's config is the clipping group's knobs with the algorithm's eps."""
+    clipping = {f.name: f for f in dataclasses.fields(ClippingConfig)}
+    assert list(clipping) == CLIPPING_KEYS
+    for f in dataclasses.fields(CalibrationKnobs):
+        assert clipping[f.name] is f  # inherited, not copied
+    calibrator = {f.name: f for f in dataclasses.fields(CalibratorConfig)}
+    fields = leaf_fields()
+    for key in ("eps_low", "eps_high"):
+        mine, theirs = fields[f"algorithm.{key}"], calibrator[key]
+        assert (mine.default, mine.metadata) == (theirs.default, theirs.metadata)
+    assert fields["clipping.period"].metadata["range"].le == MAX_STEPS  # a run's step cap
+    changes = {"clipping.mode": "calibrated", "clipping.period": 7, "clipping.smoothing": 0.0,
+               "clipping.init_low": 0.7, "clipping.upper_rule": "quantile",
+               "clipping.lower_only": True, "clipping.calibrate_at_start": True,
+               "clipping.max_step": 0.1, "clipping.pool": "period",
+               "clipping.min_tail_tokens": 5, "algorithm.eps_high": 0.28}  # fmt: skip
+    cfg = override(RunConfig(), changes)
+    cal = cfg.calibrator_config()
+    assert cal.knobs_dict() == {k: getattr(cfg.clipping, k) for k in CLIPPING_KEYS[2:]}
+    assert (cal.eps_low, cal.eps_high, cal.start_step, cal.enabled) == (0.2, 0.28, 1, True)
+    knobs = {k.split(".")[1]: v for k, v in changes.items() if k.split(".")[1] in CLIPPING_KEYS}
+    del knobs["mode"]
+    assert CalibrationKnobs.from_knobs_dict(cfg.clipping.knobs_dict()) == CalibrationKnobs(**knobs)
+    with pytest.raises(ConfigError, match=r"^clipping\.smoothing=1\.0 is out of range: need"):
+        override(RunConfig(), {"clipping.smoothing": 1.0})
+
+
+def test_standard_clipping_resets_every_calibration_knob_but_the_fixed_bounds() -> None:
+    calibrating = {"clipping.period": 7, "clipping.smoothing": 0.0, "clipping.init_low": 0.7,
+                   "clipping.upper_rule": "quantile", "clipping.lower_only": True,
+                   "clipping.calibrate_at_start": True, "clipping.max_step": 0.1,
+                   "clipping.pool": "period", "clipping.min_tail_tokens": 5}  # fmt: skip
+    resolved, unused = resolve(
+        override(RunConfig(), calibrating), default_block_size=4, families=("a",)
+    )
+    assert set(unused) == set(calibrating) - {"clipping.init_low"}
+    assert resolved.clipping == ClippingConfig(init_low=0.7)
+
+
 def test_check_fields_reads_only_declared_fields() -> None:
     @dataclasses.dataclass
     class Group:
@@ -222,12 +272,12 @@ def test_groups_are_dataclasses_with_hints_hydra_can_read() -> None:
 
 
 def test_the_config_room_imports_only_numerics_and_rl() -> None:
+    """... and ``fp8rl.fields``, the ground-floor field declarations (no room's)."""
+    allowed = ("fp8rl.config", "fp8rl.numerics", "fp8rl.rl", "fp8rl.fields")
     for file in sorted((REPO / "fp8rl" / "config").glob("*.py")):
         for name, _ in imported_modules(file):
             if name.startswith("fp8rl."):
-                assert name.startswith(("fp8rl.config", "fp8rl.numerics", "fp8rl.rl")), (
-                    f"{file.name} imports {name}"
-                )
+                assert name.startswith(allowed), f"{file.name} imports {name}"
 
 
 def _outside(rng: Range, integer: bool) -> list[float]:

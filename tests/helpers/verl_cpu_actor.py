@@ -61,9 +61,8 @@ class ActorCase:
     world_size: int = 1
     eps: float = 0.05  # clip_ratio_low = clip_ratio_high
     lr: float = 5e-3
-    calib: dict[str, Any] = field(
-        default_factory=lambda: {"enabled": True, "period": 1, "smoothing": 0.0}
-    )
+    # policy_loss.calibration, the knobs (fp8rl.rl.calibration.CalibrationKnobs); None: off
+    calib: dict[str, Any] | None = field(default_factory=lambda: {"period": 1, "smoothing": 0.0})
     shadow_every: int = 0
     seed: int = 0
     packed: bool = True  # model.use_remove_padding (verl's packed layout; false: padded)
@@ -90,6 +89,8 @@ def tiny_model_dir(path: Path) -> Path:
 def overrides(case: ActorCase, model_dir: Path) -> list[str]:
     """verl's ppo_trainer.yaml overrides of the actor, as fp8rl's translation writes them
     (plus the CPU settings of the spike: sdpa, no torch.compile, FP32 compute)."""
+    from fp8rl.verl_ext.translate import format_override
+
     act, pl = "actor_rollout_ref.actor", "actor_rollout_ref.actor.policy_loss"
     out = [
         f"actor_rollout_ref.model.path={model_dir}",
@@ -121,8 +122,7 @@ def overrides(case: ActorCase, model_dir: Path) -> list[str]:
         budget = case.dynamic_bsz * (case.prompt_len + case.response_len)
         out += [f"{act}.ppo_max_token_len_per_gpu={budget}",
                 f"{ro}.log_prob_max_token_len_per_gpu={budget}"]  # fmt: skip
-    for knob, value in case.calib.items():
-        out.append(f"+{pl}.calib_{knob}={_hydra(value)}")
+    out.append("+" + format_override(f"{pl}.calibration", case.calib))  # as translate writes it
     if case.recipe != "bf16":
         fc = f"{act}.fsdp_config"
         out += [
@@ -133,12 +133,13 @@ def overrides(case: ActorCase, model_dir: Path) -> list[str]:
     return out
 
 
-def _hydra(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+def calibrator_config(case: ActorCase) -> Any:
+    """The ``fp8rl.rl.CalibratorConfig`` the case's actor runs (one process, same knobs)."""
+    from fp8rl.rl import CalibratorConfig
+
+    knobs = case.calib or {}
+    return CalibratorConfig(eps_low=case.eps, eps_high=case.eps, start_step=1,
+                            enabled=case.calib is not None, **knobs)  # fmt: skip
 
 
 def make_batch(case: ActorCase, step: int) -> dict[str, torch.Tensor]:
@@ -291,7 +292,7 @@ def reference(case: ActorCase, model_dir: Path) -> Reference:
     from transformers import Qwen3ForCausalLM
 
     from fp8rl.numerics import apply_fp8_training, get_recipe, high_precision
-    from fp8rl.rl import Calibrator, CalibratorConfig, shadow_clip_comparison
+    from fp8rl.rl import Calibrator, shadow_clip_comparison
     from fp8rl.rl.losses import (
         ActorLossConfig,
         PolicyLossOptions,
@@ -307,9 +308,7 @@ def reference(case: ActorCase, model_dir: Path) -> Reference:
         apply_fp8_training(model, get_recipe(case.recipe, block_size=case.block_size))
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=case.lr, betas=(0.9, 0.999), weight_decay=0.01)
-    knobs = {k: v for k, v in case.calib.items()}
-    knobs["calibrate_at_start"] = knobs.pop("at_start", False)
-    cal = Calibrator(CalibratorConfig(eps_low=case.eps, eps_high=case.eps, start_step=1, **knobs))
+    cal = Calibrator(calibrator_config(case))
     P = case.prompt_len
 
     def args(batch: dict[str, torch.Tensor], idx: torch.Tensor) -> tuple:

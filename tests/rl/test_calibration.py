@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from fp8rl.rl import (
+    CalibrationKnobs,
     Calibrator,
     CalibratorConfig,
     calibrate,
@@ -296,6 +297,35 @@ def test_disabled_and_invalid_configs():
     ):
         with pytest.raises(ValueError):
             CalibratorConfig(**bad)
+    with pytest.raises(ValueError, match=r"^period=0 is out of range: need 1 <= x <= 100000$"):
+        CalibratorConfig(period=0)  # the knob's one declaration, read by fp8rl.fields
+    with pytest.raises(ValueError, match=r"^period=2\.5 must be an integer$"):
+        CalibratorConfig(period=2.5)
+
+
+def test_the_knobs_travel_as_one_value_and_come_back_checked():
+    """CalibrationKnobs.knobs_dict is what verl's config carries; from_knobs_dict reads it back into
+    the same type, refusing an unknown or out-of-range knob by its full key."""
+    knobs = CalibrationKnobs(
+        period=7, smoothing=0.0, init_low=0.7, upper_rule="quantile", lower_only=True,
+        max_step=0.1, pool="period", min_tail_tokens=5,
+    )  # fmt: skip
+    data = knobs.knobs_dict()
+    assert json.loads(json.dumps(data)) == data  # plain values
+    assert CalibrationKnobs.from_knobs_dict(data) == knobs
+    assert CalibrationKnobs.from_knobs_dict({}) == CalibrationKnobs()  # missing: the defaults
+    cfg = CalibratorConfig.of(knobs, eps_low=0.1, enabled=False)
+    assert cfg.knobs_dict() == data and (cfg.eps_low, cfg.enabled) == (0.1, False)
+    assert dataclasses.asdict(cfg).keys() > data.keys()  # the knobs alone
+    with pytest.raises(ValueError, match=r"knob\(s\) \['pl\.calibration\.perod'\]"):
+        CalibrationKnobs.from_knobs_dict({"perod": 3}, "pl.calibration")
+    with pytest.raises(ValueError, match=r"^pl\.calibration\.pool='epoch' is not one of"):
+        CalibrationKnobs.from_knobs_dict({"pool": "epoch"}, "pl.calibration")
+    with pytest.raises(ValueError, match=r"^pl\.calibration=20: need a mapping of knobs"):
+        CalibrationKnobs.from_knobs_dict(20, "pl.calibration")  # type: ignore[arg-type]
+    assert CalibrationKnobs.calibration_only() == tuple(
+        k for k in data if k not in ("init_low", "init_high")
+    )
 
 
 # --------------------------------------------------------------------------------------

@@ -89,11 +89,9 @@ OURS = [
     "actor_rollout_ref.actor.clip_ratio_high=0.28",
     "+actor_rollout_ref.actor.policy_loss.histograms=false",
     "+actor_rollout_ref.actor.policy_loss.require_rollout_is_weights=true",
-    "+actor_rollout_ref.actor.policy_loss.calib_period=10",
-    "+actor_rollout_ref.actor.policy_loss.calib_upper_rule=quantile",
-    "+actor_rollout_ref.actor.policy_loss.calib_init_low=0.6",
-    "+actor_rollout_ref.actor.policy_loss.calib_init_high=1.8",
-    "+actor_rollout_ref.actor.policy_loss.calib_smoothing=0.25",
+    # the calibration knobs, one value (missing ones at their defaults)
+    "+actor_rollout_ref.actor.policy_loss.calibration="
+    "{period:10,upper_rule:quantile,init_low:0.6,init_high:1.8,smoothing:0.25}",
 ]
 
 
@@ -136,6 +134,7 @@ def _verl_ppo_loss(actor, weights=None, seed=0):
 def test_hyperparameters_reach_the_loss_through_verl_config():
     from verl.utils.config import omega_conf_to_dataclass
 
+    from fp8rl.rl.calibration import CalibrationKnobs
     from fp8rl.rl.verl_registry import (
         CalibratedClipLossConfig,
         calibrator_config_from_actor,
@@ -148,6 +147,15 @@ def test_hyperparameters_reach_the_loss_through_verl_config():
     cal = calibrator_config_from_actor(actor)
     assert (cal.eps_low, cal.eps_high, cal.period, cal.upper_rule) == (0.2, 0.28, 10, "quantile")
     assert cal.initial_bounds() == (0.6, 1.8) and cal.smoothing == 0.25
+    assert cal.enabled and (cal.pool, cal.min_tail_tokens) == ("batch", 0)  # the defaults
+    # the one value is the knobs' own dict: read back, it is the knobs that were written
+    knobs = CalibrationKnobs(period=10, upper_rule="quantile", init_low=0.6, init_high=1.8,
+                             smoothing=0.25)  # fmt: skip
+    assert actor.policy_loss.knobs == knobs
+    assert CalibrationKnobs.from_knobs_dict(knobs.knobs_dict()) == knobs
+    standard = omega_conf_to_dataclass(_compose(*OURS[:4]).actor_rollout_ref.actor)
+    off = calibrator_config_from_actor(standard)  # no calibration value: fixed bounds
+    assert not off.enabled and off.initial_bounds() == (0.8, 1.28)
 
     # require_rollout_is_weights: verl's ppo_loss without weights must fail, not train.
     with pytest.raises(ValueError, match="rollout_is_weights"):
@@ -176,7 +184,7 @@ def test_hyperparameters_reach_the_loss_through_verl_config():
     from dataclasses import FrozenInstanceError
 
     with pytest.raises(FrozenInstanceError):
-        actor.policy_loss.calib_period = 3
+        actor.policy_loss.calibration = {"period": 3}
     with pytest.raises(ValueError):
         set_live_bounds(actor, 1.1, 1.8)
 
@@ -229,8 +237,13 @@ def test_our_config_rejects_a_loss_mode_that_would_ignore_it():
     with pytest.raises(InstantiationException, match="would ignore its fields"):
         omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     # Without our _target_, verl's strict dataclass refuses our keys: why the subclass exists.
-    cfg = _compose("+actor_rollout_ref.actor.policy_loss.calib_period=10")
-    with pytest.raises(InstantiationException, match="calib_period"):
+    cfg = _compose("+actor_rollout_ref.actor.policy_loss.calibration={period:10}")
+    with pytest.raises(InstantiationException, match="calibration"):
+        omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    # Ours checks the knobs by their declared ranges, naming the key to change.
+    cfg = _compose(*OURS[:2], "+actor_rollout_ref.actor.policy_loss.calibration={smoothing:1.0}")
+    key = r"actor_rollout_ref\.actor\.policy_loss\.calibration\.smoothing=1\.0 is out of range"
+    with pytest.raises(InstantiationException, match=key):
         omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
 
 

@@ -52,7 +52,7 @@ def test_grpo_on_the_paper_model_with_tis(composer) -> None:
     assert v["algorithm.rollout_correction.bypass_mode"] == "false"
     assert v["actor_rollout_ref.rollout.calculate_log_probs"] == "true"
     assert v["actor_rollout_ref.actor.policy_loss.loss_mode"] == "calibrated_clip"
-    assert v["actor_rollout_ref.actor.policy_loss.calib_enabled"] == "false"  # standard
+    assert v["actor_rollout_ref.actor.policy_loss.calibration"] == "null"  # standard
     assert v["trainer.logger"] == "[console,file]" and v["trainer.use_v1"] == "true"
     assert v["reward.custom_reward_function.path"] == "pkg://fp8rl.verl_ext.reward"
     assert v["data.val_files"] == f"[{RUN}/verl/data/val_aime24.parquet]"
@@ -112,8 +112,11 @@ def test_fp8_training_and_calibrated_clipping_select_fp8rl_s_engine_and_actor(co
         "fp8rl.verl_ext.hooks.FP8EngineConfig"
     )
     assert v["actor_rollout_ref.actor.fsdp_config.fp8rl_recipe"] == "rowwise"
-    assert v["actor_rollout_ref.actor.policy_loss.calib_period"] == "7"
-    assert v["actor_rollout_ref.actor.policy_loss.calib_pool"] == "batch"
+    knobs = v["actor_rollout_ref.actor.policy_loss.calibration"]  # the knobs, one value
+    assert knobs == (
+        "{period:7,smoothing:0.5,init_low:null,init_high:null,upper_rule:balance,"
+        "lower_only:false,calibrate_at_start:false,max_step:null,pool:batch,min_tail_tokens:0}"
+    )
     assert v["actor_rollout_ref.rollout.fp8rl_weight_scale"] == "channel"
     # fp8rl's trainer places fp8rl's actor worker; the plugin registering it is switched on
     assert v["trainer.v1.trainer_mode"] == "fp8rl_sync"
@@ -172,6 +175,9 @@ def test_extra_overrides_are_appended_and_may_not_set_a_key_of_ours(composer) ->
     assert result.overrides[-1] == extra
     with pytest.raises(ConfigError, match=r"cluster.extra_overrides sets data.train_batch_size"):
         launch(composer, "cluster.extra_overrides=['data.train_batch_size=8']")
+    inside = "+actor_rollout_ref.actor.policy_loss.calibration.period=3"  # a knob of ours
+    with pytest.raises(ConfigError, match=r"sets .*calibration.period with .*calibration set"):
+        launch(composer, "clipping=calibrated", f"cluster.extra_overrides=['{inside}']")
 
 
 @pytest.mark.parametrize(
@@ -197,7 +203,8 @@ def test_what_verl_cannot_run_is_refused_when_resolved(composer, overrides, mess
 def test_overrides_parse_back_to_their_values() -> None:
     parser = OverridesParser.create()
     for value in ["/a b/c.parquet", "pkg://x.y", "Qwen/Qwen3-8B-Base", "it's", "true", "1e-06",
-                  None, True, 2, 1e-6, ["a", "/b c"], "token-mean", "${x}"]:  # fmt: skip
+                  None, True, 2, 1e-6, ["a", "/b c"], "token-mean", "${x}",
+                  {"period": 3, "init_low": None, "pool": "batch", "x": True}]:  # fmt: skip
         parsed = parser.parse_override(format_override("k", value)).value()
         assert parsed == value, (value, parsed)
 

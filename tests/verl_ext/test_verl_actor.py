@@ -30,10 +30,17 @@ from typing import Any
 import pytest
 import torch
 
-from fp8rl.rl import Calibrator, CalibratorConfig
+from fp8rl.rl import Calibrator
 
 from gloo_ranks import run_gloo
-from verl_cpu_actor import ActorCase, make_batch, reference, run_rank, tiny_model_dir
+from verl_cpu_actor import (
+    ActorCase,
+    calibrator_config,
+    make_batch,
+    reference,
+    run_rank,
+    tiny_model_dir,
+)
 
 ATOL = 1e-5  # FP32 reassociation (see the module docstring)
 FLIP = 2e-2  # the largest deviation one rounding flip has caused here (observed: 7e-3)
@@ -109,9 +116,7 @@ def assert_the_actor_calibrates_as_one_process(
 ) -> None:
     """Exactness: fp8rl.rl.Calibrator in one process, fed the tokens verl's actor recorded on
     every rank, step by step, gives the bounds and metrics the actor computed and logged."""
-    knobs = dict(case.calib)
-    knobs["calibrate_at_start"] = knobs.pop("at_start", False)
-    cal = Calibrator(CalibratorConfig(eps_low=case.eps, eps_high=case.eps, start_step=1, **knobs))
+    cal = Calibrator(calibrator_config(case))
     for i in range(case.steps):
         step = i + 1
         four = {k: _rows(ranks, i, k) for k in ranks[0]["steps"][i]["record"]}
@@ -261,8 +266,7 @@ def test_two_data_parallel_ranks_match_one_process(model_dir: Path, tmp_path: Pa
 def test_bypass_mode_pools_every_visit_over_the_period(model_dir: Path, tmp_path: Path) -> None:
     """Old log-probs from the rollout (bypass): every visit carries the mismatch, the first
     mini-batch included; two epochs; pool=period with a tail gate over three steps."""
-    calib = {"enabled": True, "period": 2, "smoothing": 0.5, "pool": "period",
-             "min_tail_tokens": 5}  # fmt: skip
+    calib = {"period": 2, "smoothing": 0.5, "pool": "period", "min_tail_tokens": 5}
     case = ActorCase(recipe="blockwise", bypass=True, epochs=2, steps=3, calib=calib)
     ranks = _run(case, model_dir, tmp_path)
     assert bool(ranks[0]["steps"][0]["record"]["mask"].all())  # mini-batch 0 too

@@ -20,6 +20,7 @@ import pytest
 
 from fp8rl.experiments.backends import resolve_run
 from fp8rl.experiments.compose import CONF_DIR, Composer, expand_grid
+from fp8rl.rl.calibration import CalibrationKnobs
 from fp8rl.verl_ext import hooks
 from fp8rl.verl_ext.backend import VerlBackend
 from fp8rl.verl_ext.translate import VerlLaunch, override_key
@@ -116,8 +117,8 @@ def test_the_paper_settings_reach_verl(branches) -> None:
     assert type(built.actor.engine).__name__ == "FP8EngineConfig"
     assert built.actor.engine.fp8rl_recipe == "blockwise"
     pl = built.actor.policy_loss
-    assert (type(pl).__name__, pl.loss_mode, pl.calib_enabled, pl.calib_period) == (
-        "CalibratedClippingConfig", "calibrated_clip", True, 20,
+    assert (type(pl).__name__, pl.loss_mode, pl.knobs) == (
+        "CalibratedClippingConfig", "calibrated_clip", CalibrationKnobs(period=20),
     )  # fmt: skip
     val = built.rollout.val_kwargs
     assert (val.n, val.do_sample, val.temperature, val.top_p) == (32, True, 1.0, 0.7)
@@ -148,6 +149,13 @@ def test_an_override_verl_does_not_know_fails_the_offline_check(branches) -> Non
     cfg = compose_verl_config(misspelt)  # '+' adds any key; verl's dataclass refuses it
     with pytest.raises(Exception, match="calib_perod"):
         build_verl_config(cfg)
+    # a knob inside the one value: our config refuses a misspelt or out-of-range one by name
+    knob = "+actor_rollout_ref.actor.policy_loss.calibration.perod=3"
+    with pytest.raises(Exception, match=r"unknown calibration knob.*calibration\.perod'"):
+        build_verl_config(compose_verl_config([*launch.overrides, knob]))
+    knob = "actor_rollout_ref.actor.policy_loss.calibration.period=0"
+    with pytest.raises(Exception, match=r"policy_loss\.calibration\.period=0 is out of range"):
+        build_verl_config(compose_verl_config([*launch.overrides, knob]))
 
 
 def test_verl_builds_fp8rl_s_classes_and_they_check_what_they_carry(branches) -> None:
