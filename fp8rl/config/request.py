@@ -62,8 +62,8 @@ class ResolvedConfig:
 
 @dataclass(frozen=True)
 class RunRequest:
-    """What a backend's ``run`` is asked to do: start, resume or skip the run of ``config``
-    in ``store`` under ``experiment``.
+    """What a backend's ``run`` is asked to do: start, resume or skip the run of the
+    ``resolved`` config in ``store`` under ``experiment``.
 
     cache_dir: the base-model cache (the tiny backend's SFT; null: its default);
     max_steps_this_call: stop after this many steps, leaving the run pending (the next call
@@ -76,7 +76,7 @@ class RunRequest:
     on_step: the :data:`StepHook` (progress, live loggers, a search's pruner).
     """
 
-    config: ResolvedConfig
+    resolved: ResolvedConfig
     store: RunStore
     experiment: str
     cache_dir: str | Path | None = None
@@ -88,18 +88,18 @@ class RunRequest:
     on_step: StepHook | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.config, ResolvedConfig):
+        if not isinstance(self.resolved, ResolvedConfig):
             raise TypeError(
-                f"RunRequest.config is a {type(self.config).__name__}: a backend runs the "
+                f"RunRequest.resolved is a {type(self.resolved).__name__}: a backend runs the "
                 "ResolvedConfig its resolve() returned"
             )
 
     def config_for(self, backend: str) -> RunConfig:
         """The run config, for the backend named ``backend``; TypeError when another
         backend resolved it (its derived values would not be this backend's)."""
-        if self.config.backend != backend:
+        if self.resolved.backend != backend:
             raise TypeError(
-                f"run {self.experiment}: the config was resolved by the {self.config.backend} "
+                f"run {self.experiment}: the config was resolved by the {self.resolved.backend} "
                 f"backend, not by {backend}: resolve it with the backend that runs it"
             )
-        return self.config.config
+        return self.resolved.config

@@ -200,7 +200,7 @@ class TinyBackend:
         return train_request(request)
 
     def _probe(self, request: RunRequest) -> RunSummary:
-        resolved = request.config
+        resolved = request.resolved
         with request.store.open_run(request.experiment, resolved.to_dict()) as run:
             status = run.status.get("status", "")
             if not run.should_run:

@@ -17,7 +17,7 @@ def _resolved(backend: str = "tiny") -> ResolvedConfig:
 
 
 def test_a_request_refuses_a_config_no_backend_resolved(tmp_path) -> None:
-    with pytest.raises(TypeError, match="RunConfig: a backend runs the ResolvedConfig"):
+    with pytest.raises(TypeError, match="is a RunConfig: a backend runs the ResolvedConfig"):
         RunRequest(RunConfig(), RunStore(tmp_path), "t")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="a RunConfig"):
         ResolvedConfig({"steps": 3}, "tiny")  # type: ignore[arg-type]

@@ -141,13 +141,13 @@ def test_the_run_request_carries_the_experiment_s_runtime_keys_of_its_names(tmp_
         "cluster",
     }  # fmt: skip
     others = {f.name for f in dataclasses.fields(RunRequest)} - set(REQUEST_KEYS)
-    assert others == {"config", "store", "experiment", "on_step"}  # set by the caller
+    assert others == {"resolved", "store", "experiment", "on_step"}  # set by the caller
     r = resolve_run(compose([
         f"runs_dir={tmp_path}", "experiment_name=req", "cache_dir=/c", "max_steps_this_call=2",
         "rerun_failed=true", "rerun_damaged=true", "export_hf=true", "cluster.nnodes=2",
     ]))  # fmt: skip
     request = r.request()
-    assert request.config is r.resolved and request.config.backend == "tiny"
+    assert request.resolved is r.resolved and request.resolved.backend == "tiny"
     assert (request.store.root, request.experiment) == (tmp_path, "req")
     assert {key: getattr(request, key) for key in REQUEST_KEYS} == {
         key: getattr(r.experiment, key) for key in REQUEST_KEYS
