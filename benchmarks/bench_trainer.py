@@ -163,7 +163,7 @@ def header(args: argparse.Namespace, base: RunConfig) -> str:
         f"{os.cpu_count()} cores; model {base.model.preset}, {args.steps} steps of "
         f"{r.prompts_per_step} prompts x {r.n_samples} samples x {r.max_new_tokens} tokens, "
         f"{t.ppo_mini_batches} mini-batches; blockwise block size "
-        f"{resolve_config(override(base, RUNS[BLOCKWISE])).granularity.block_size}\n"
+        f"{resolve_config(override(base, RUNS[BLOCKWISE])).config.granularity.block_size}\n"
     )
 
 

@@ -245,7 +245,7 @@ def time_trl_step(
 
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    cfg = resolve_config(cfg if cfg is not None else RunConfig())
+    cfg = resolve_config(cfg if cfg is not None else RunConfig()).config
     base = build_base_model(sft_config(cfg), cache_dir)  # cached; not part of any timing
     path = str(base.path)
     every = cfg.train.ppo_mini_batches

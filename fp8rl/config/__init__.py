@@ -9,6 +9,9 @@ backends, which read it, and ``experiments``, which composes it with Hydra. Modu
   experiment tree's runtime ``cluster.*`` keys; never in a run id);
 - :mod:`~fp8rl.config.run`: the groups, :class:`RunConfig`, its cross-group checks,
   ``resolve`` (derived values, unused settings) and ``override`` (dotted-key changes).
+- :mod:`~fp8rl.config.request`: ``ResolvedConfig`` (a run config as a backend resolved it)
+  and ``RunRequest`` (the one argument of a backend's ``run``: that config, the store, the
+  runtime options).
 """
 
 from fp8rl.config.cluster import ClusterConfig

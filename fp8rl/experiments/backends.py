@@ -2,15 +2,19 @@
 
 A backend is anything with this small protocol (:class:`Backend`):
 
-- ``resolve(cfg) -> (resolved cfg, unused settings)``: its own checks (ConfigError before
-  any compute) and the "derive it" values filled in; the run id is the run store's hash
-  of ``resolved.to_dict()``, so a run has one id however it was spelled;
-- ``run(cfg, store, experiment, *, cache_dir, max_steps_this_call, rerun_failed, rerun_damaged,
-  on_step, cluster, export_hf) -> RunSummary``: start, resume or skip the run in the store
-  (``cluster``: the experiment's :class:`fp8rl.config.ClusterConfig`, for backends that
-  launch on one); with ``export_hf`` the backend writes a standard HF checkpoint into
+- ``resolve(cfg) -> ResolvedConfig``: its own checks (ConfigError before any compute), the
+  "derive it" values filled in and the unused settings reset and reported
+  (:class:`fp8rl.config.request.ResolvedConfig`: the config, the backend's name, what was
+  reset); the run id is the run store's hash of ``resolved.to_dict()``, so a run has one id
+  however it was spelled. :func:`resolve_run` calls it once per composed config;
+- ``run(request) -> RunSummary``: start, resume or skip the run of a
+  :class:`fp8rl.config.request.RunRequest` (the config it resolved, the store and
+  experiment, and the runtime options: ``cache_dir``, ``max_steps_this_call``,
+  ``rerun_failed``, ``rerun_damaged``, ``export_hf``, ``cluster`` for backends that launch
+  on one, ``on_step``); with ``export_hf`` the backend writes a standard HF checkpoint into
   ``<run>/hf/step_<n>/`` (``fp8rl.runs.hf_export_dir``) at the steps it evaluates, for
-  ``fp8rl.evaluation``;
+  ``fp8rl.evaluation``. :meth:`ResolvedRun.request` builds the request from the
+  experiment config's runtime keys of the same names;
 - ``cost(cfg, cache_dir, cluster) -> RunCost``: its cost model, for grid plans and ETAs
   (``cluster``: where a launching backend's run would take its GPUs).
 
@@ -29,8 +33,8 @@ ids, the store and the reports are the same whichever backend runs a config.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,13 +42,15 @@ from typing import Any, Protocol
 from omegaconf import DictConfig
 
 from fp8rl.config import ClusterConfig, ConfigError, RunConfig
-from fp8rl.experiments.schema import ExperimentConfig, run_config_of, validate
+from fp8rl.config.request import ResolvedConfig, RunRequest
+from fp8rl.experiments.schema import RUNTIME_KEYS, ExperimentConfig, run_config_of, validate
 from fp8rl.runs import RunStore, RunSummary
 
 __all__ = [
     "AVAILABLE",
     "BACKENDS",
     "NOT_AVAILABLE",
+    "REQUEST_KEYS",
     "Backend",
     "LaunchingBackend",
     "ResolvedRun",
@@ -86,22 +92,9 @@ class RunCost(Protocol):
 class Backend(Protocol):
     name: str
 
-    def resolve(self, cfg: RunConfig) -> tuple[RunConfig, dict[str, str]]: ...
+    def resolve(self, cfg: RunConfig) -> ResolvedConfig: ...
 
-    def run(
-        self,
-        cfg: RunConfig,
-        store: RunStore,
-        experiment: str,
-        *,
-        cache_dir: str | Path | None = None,
-        max_steps_this_call: int | None = None,
-        rerun_failed: bool = False,
-        rerun_damaged: bool = False,
-        on_step: Callable[[int, dict[str, float]], None] | None = None,
-        cluster: ClusterConfig | None = None,
-        export_hf: bool = False,
-    ) -> RunSummary: ...
+    def run(self, request: RunRequest) -> RunSummary: ...
 
     def cost(
         self,
@@ -154,24 +147,51 @@ def get_backend(name: str) -> Backend:
     return _LOADED[name]
 
 
+#: The run request's options that an experiment config sets: its runtime keys of the same
+#: names (:meth:`ResolvedRun.request` copies them; a request field named otherwise is set
+#: by whoever builds the request, as ``on_step`` is).
+REQUEST_KEYS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(RunRequest) if f.name in RUNTIME_KEYS
+)
+
+
 @dataclass
 class ResolvedRun:
     """A composed experiment config, validated and resolved by its backend."""
 
     experiment: ExperimentConfig  # the whole config, runtime keys included
-    config: RunConfig  # what the run computes, resolved (the run id's material)
-    unused: dict[str, str]  # settings the configuration does not use (key -> why)
+    resolved: ResolvedConfig  # what the run computes, resolved (the run id's material)
     backend: Backend
+
+    @property
+    def config(self) -> RunConfig:
+        """The resolved run config."""
+        return self.resolved.config
+
+    @property
+    def unused(self) -> dict[str, str]:
+        """Settings the configuration does not use (key -> why)."""
+        return dict(self.resolved.unused)
 
     @property
     def plain(self) -> dict[str, Any]:
         """What the run store keys the run by."""
-        return self.config.to_dict()
+        return self.resolved.to_dict()
 
     def cost(self) -> RunCost:
         return self.backend.cost(
             self.config, self.experiment.cache_dir, cluster=self.experiment.cluster
         )
+
+    def request(self, **changes: Any) -> RunRequest:
+        """The backend's request to run this: the resolved config, into the experiment's
+        store (``runs_dir``) under ``experiment_name``, with the experiment's runtime keys
+        the request has (:data:`REQUEST_KEYS`); ``changes`` (any request field: ``store``,
+        ``on_step``, ...) on top."""
+        exp = self.experiment
+        where = {"store": RunStore(exp.runs_dir), "experiment": exp.experiment_name}
+        options = {key: getattr(exp, key) for key in REQUEST_KEYS}
+        return RunRequest(self.resolved, **{**where, **options, **changes})
 
 
 def resolve_run(cfg: DictConfig | ExperimentConfig) -> ResolvedRun:
@@ -179,8 +199,8 @@ def resolve_run(cfg: DictConfig | ExperimentConfig) -> ResolvedRun:
     Raises ConfigError naming the keys to change; computes nothing."""
     exp = cfg if isinstance(cfg, ExperimentConfig) else validate(cfg)
     backend = get_backend(exp.backend.name)
-    resolved, unused = backend.resolve(run_config_of(exp))
+    resolved = backend.resolve(run_config_of(exp))
     check_runtime = getattr(backend, "check_runtime", None)
     if check_runtime is not None:
-        check_runtime(resolved, exp)
-    return ResolvedRun(exp, resolved, unused, backend)
+        check_runtime(resolved.config, exp)
+    return ResolvedRun(exp, resolved, backend)

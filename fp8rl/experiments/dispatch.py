@@ -9,19 +9,22 @@ What identifies a run (:func:`run_config`) is the resolved run config's ``to_dic
 the same dict a direct ``fp8rl.tiny.train.train()`` call uses, so a run is the same run
 whichever entry point reached it. Where and how it runs (``runs_dir``, ``cache_dir``,
 ``threads``, ``max_steps_this_call``, ``rerun_failed``, ``rerun_damaged``, ``export_hf``,
-``lm_eval``) is not part of it.
+``lm_eval``) is not part of it: the backend gets those it reads in its
+:class:`~fp8rl.config.request.RunRequest` (``ResolvedRun.request``); ``threads`` (this
+process's torch threads, checked against a resumed run's) and ``loggers`` are applied
+here.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from omegaconf import DictConfig
 
+from fp8rl.config.request import StepHook
 from fp8rl.experiments.backends import ResolvedRun, resolve_run
 from fp8rl.experiments.live import LiveLoggers
 from fp8rl.experiments.schema import ConfigError
@@ -37,9 +40,7 @@ def run_config(cfg: DictConfig | ResolvedRun) -> dict[str, Any]:
     return (cfg if isinstance(cfg, ResolvedRun) else resolve_run(cfg)).plain
 
 
-def _progress_logger(
-    experiment: str, steps: int, every: int
-) -> Callable[[int, dict[str, float]], None]:
+def _progress_logger(experiment: str, steps: int, every: int) -> StepHook:
     t0 = time.perf_counter()
 
     def on_step(step: int, metrics: dict[str, float]) -> None:
@@ -93,9 +94,7 @@ def _check_threads(store: RunStore, experiment: str, run_id: str, threads: int) 
             raise ConfigError(problem)
 
 
-def run_one(
-    cfg: DictConfig, *, on_step: Callable[[int, dict[str, float]], None] | None = None
-) -> RunSummary:
+def run_one(cfg: DictConfig, *, on_step: StepHook | None = None) -> RunSummary:
     """Validate ``cfg``, set this process's torch threads, and run it on its backend (or
     skip/resume it).
 
@@ -118,18 +117,7 @@ def run_one(
     )
     progress = on_step or _progress_logger(f"{experiment}/{run_id}", run_cfg.steps, every)
     try:
-        return resolved.backend.run(
-            run_cfg,
-            store,
-            experiment,
-            cache_dir=exp.cache_dir,
-            max_steps_this_call=exp.max_steps_this_call,
-            rerun_failed=exp.rerun_failed,
-            rerun_damaged=exp.rerun_damaged,
-            on_step=live.chain(progress),
-            cluster=exp.cluster,
-            export_hf=exp.export_hf,
-        )
+        return resolved.backend.run(resolved.request(store=store, on_step=live.chain(progress)))
     except RunLockedError as exc:
         log.warning("%s/%s is being run by another process: %s", experiment, run_id, exc)
         path = store.run_dir(experiment, run_id)

@@ -28,6 +28,7 @@ from typing import Any
 
 from rich.table import Table
 
+from fp8rl.config.request import RunRequest
 from fp8rl.evaluation.benchmarks import SUITE
 from fp8rl.evaluation.runner import EvalOutcome
 from fp8rl.evaluation.settings import LmEvalSettings
@@ -99,13 +100,11 @@ def _export_kept(point: GridPoint) -> list[int]:
     """Ask the point's backend to export a done run's kept checkpoints; the steps it did."""
     before = set(list_hf_exports(point.path))
     exp = point.resolved.experiment
-    point.resolved.backend.run(
-        point.resolved.config,
-        RunStore(exp.runs_dir),
-        point.experiment,
-        cache_dir=exp.cache_dir,
-        export_hf=True,
+    store = RunStore(exp.runs_dir)
+    request = RunRequest(
+        point.resolved.resolved, store, point.experiment, cache_dir=exp.cache_dir, export_hf=True
     )
+    point.resolved.backend.run(request)
     return sorted(set(list_hf_exports(point.path)) - before)
 
 

@@ -69,6 +69,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from fp8rl.analysis.curves import entropy_stability
 from fp8rl.config import RunConfig, leaf_fields
+from fp8rl.config.request import RunRequest
 from fp8rl.experiments.backends import get_backend
 from fp8rl.experiments.schema import ExperimentConfig
 from fp8rl.runs import RunInfo, RunPruned, RunStore, read_step_log, to_plain
@@ -536,13 +537,15 @@ def _config_of(cfg: Any) -> dict[str, Any]:
     """The plain config a run is keyed by: a RunConfig resolved by its backend (as the
     backend's ``run`` keys it), or plain data as it is."""
     if isinstance(cfg, RunConfig):
-        cfg = get_backend(cfg.backend.name).resolve(cfg)[0]
+        cfg = get_backend(cfg.backend.name).resolve(cfg)
     return to_plain(cfg.to_dict() if hasattr(cfg, "to_dict") else cfg)
 
 
-def _run_on_backend(cfg: RunConfig, store: RunStore, experiment: str, **kwargs: Any) -> Any:
-    """Run a trial's config on the backend it names (``fp8rl.experiments.backends``)."""
-    return get_backend(cfg.backend.name).run(cfg, store, experiment, **kwargs)
+def _run_on_backend(cfg: RunConfig, store: RunStore, experiment: str, **options: Any) -> Any:
+    """Run a trial's config on the backend it names (``fp8rl.experiments.backends``), resolved
+    by it; ``options``: the :class:`~fp8rl.config.request.RunRequest`'s runtime fields."""
+    backend = get_backend(cfg.backend.name)
+    return backend.run(RunRequest(backend.resolve(cfg), store, experiment, **options))
 
 
 def check_param_ranges(spec: SearchSpec) -> None:

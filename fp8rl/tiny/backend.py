@@ -8,14 +8,15 @@ import functools
 from pathlib import Path
 
 from fp8rl.config import ClusterConfig, RunConfig
+from fp8rl.config.request import ResolvedConfig, RunRequest
 from fp8rl.numerics.registry import recipe_decl
-from fp8rl.runs import RunStatus, RunStore, RunSummary
+from fp8rl.runs import RunStatus, RunSummary
 from fp8rl.tiny.model import get_preset
-from fp8rl.tiny.noise import noise_probe
-from fp8rl.tiny.settings import resolve_reporting_unused, sft_config
+from fp8rl.tiny.noise import measure_noise
+from fp8rl.tiny.settings import NAME, resolve_config, sft_config
 from fp8rl.tiny.sft import SHIPPED_DIR, base_model_key, default_cache_dir
 from fp8rl.tiny.tokenizer import VOCAB_SIZE_PADDED
-from fp8rl.tiny.train import StepHook, export_steps, train
+from fp8rl.tiny.train import export_steps, train_request
 
 __all__ = ["DEFAULT_STEP_S", "TinyBackend", "TinyCost"]
 
@@ -173,11 +174,12 @@ class TinyCost:
 class TinyBackend:
     """``backend=tiny``: this CPU, minutes per run."""
 
-    name = "tiny"
+    name = NAME
 
-    def resolve(self, cfg: RunConfig) -> tuple[RunConfig, dict[str, str]]:
-        """Validated (ConfigError before any compute) and resolved, with what was reset."""
-        return resolve_reporting_unused(cfg)
+    def resolve(self, cfg: RunConfig) -> ResolvedConfig:
+        """Validated (ConfigError before any compute) and resolved, with what was reset
+        (``fp8rl.tiny.settings.resolve_config``)."""
+        return resolve_config(cfg)
 
     def cost(
         self,
@@ -188,46 +190,22 @@ class TinyBackend:
         """The cost model of ``cfg`` (``cluster`` is not read: runs are in this process)."""
         return TinyCost(cfg, cache_dir)
 
-    def run(
-        self,
-        cfg: RunConfig,
-        store: RunStore,
-        experiment: str,
-        *,
-        cache_dir: str | Path | None = None,
-        max_steps_this_call: int | None = None,
-        rerun_failed: bool = False,
-        rerun_damaged: bool = False,
-        on_step: StepHook | None = None,
-        cluster: ClusterConfig | None = None,
-        export_hf: bool = False,
-    ) -> RunSummary:
-        """Start, resume or skip the run of ``cfg`` (an RL run, or the noise probe); with
-        ``export_hf`` an HF checkpoint at every evaluated step (``fp8rl.tiny.train.train``).
-        ``cluster`` is not read: the tiny backend runs in this process."""
-        if cfg.task == "noise_probe":
-            return self._probe(cfg, store, experiment, cache_dir)
-        return train(
-            cfg,
-            store,
-            experiment,
-            cache_dir=cache_dir,
-            max_steps_this_call=max_steps_this_call,
-            rerun_failed=rerun_failed,
-            rerun_damaged=rerun_damaged,
-            on_step=on_step,
-            export_hf=export_hf,
-        )
+    def run(self, request: RunRequest) -> RunSummary:
+        """Start, resume or skip the request's run (an RL run, or the noise probe); with
+        ``export_hf`` an HF checkpoint at every evaluated step
+        (``fp8rl.tiny.train.train_request``). ``cluster`` is not read: the tiny backend runs
+        in this process."""
+        if request.config_for(self.name).task == "noise_probe":
+            return self._probe(request)
+        return train_request(request)
 
-    def _probe(
-        self, cfg: RunConfig, store: RunStore, experiment: str, cache_dir: str | Path | None
-    ) -> RunSummary:
-        cfg = self.resolve(cfg)[0]
-        with store.open_run(experiment, cfg.to_dict()) as run:
+    def _probe(self, request: RunRequest) -> RunSummary:
+        resolved = request.resolved
+        with request.store.open_run(request.experiment, resolved.to_dict()) as run:
             status = run.status.get("status", "")
             if not run.should_run:
                 return RunSummary(run.run_id, run.path, run.decision.value, status, None)
-            result = noise_probe(cfg, cache_dir=cache_dir)
+            result = measure_noise(resolved, cache_dir=request.cache_dir)
             run.log_metrics(0, result)
             run.mark(RunStatus.DONE)
             done = RunStatus.DONE.value

@@ -8,27 +8,41 @@ from pathlib import Path
 import torch
 
 from fp8rl.config import RunConfig, override
+from fp8rl.config.request import ResolvedConfig
 from fp8rl.numerics import apply_fp8_training, get_recipe, high_precision, make_rollout_model
 from fp8rl.rl.step_metrics import logratio_breakdown
 from fp8rl.runs import load_checkpoint
 from fp8rl.tiny.batch import Response, derived_seed, pad_responses, sample_responses
 from fp8rl.tiny.sampler import Sampler, response_log_probs
-from fp8rl.tiny.settings import max_seq_len, recipe_kwargs, resolve_config, sft_config
+from fp8rl.tiny.settings import NAME, max_seq_len, recipe_kwargs, resolve_config, sft_config
 from fp8rl.tiny.sft import build_base_model
 from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID
 from fp8rl.tiny.train import advantages, seed_everything
 
-__all__ = ["noise_probe"]
+__all__ = ["measure_noise", "noise_probe"]
 
 
-@torch.no_grad()
 def noise_probe(
     cfg: RunConfig,
     *,
     cache_dir: str | Path | None = None,
     checkpoint: str | Path | None = None,
 ) -> dict[str, float]:
-    """Log-ratio noise of ``cfg``'s (rollout, training) precision pair on fixed batches.
+    """:func:`measure_noise` of ``cfg`` as a noise probe (``task=noise_probe``, keeping its
+    ``probe_rounds``), resolved by the tiny backend."""
+    resolved = resolve_config(override(cfg, {"task": "noise_probe"}))
+    return measure_noise(resolved, cache_dir=cache_dir, checkpoint=checkpoint)
+
+
+@torch.no_grad()
+def measure_noise(
+    resolved: ResolvedConfig,
+    *,
+    cache_dir: str | Path | None = None,
+    checkpoint: str | Path | None = None,
+) -> dict[str, float]:
+    """Log-ratio noise of a resolved noise probe's (rollout, training) precision pair on
+    fixed batches.
 
     Builds the models as training does (the SFT base, or the model of a run-store
     ``checkpoint``), samples ``cfg.probe_rounds`` step-1-style batches with the rollout
@@ -40,7 +54,12 @@ def noise_probe(
     - ``noise/train_vs_bf16/...``: ``log pi_trainer - log pi_bf16`` on the same weights
       (the FP8 training noise Calibrated Clipping measures; 0 for BF16 training).
     """
-    cfg = resolve_config(override(cfg, {"task": "noise_probe"}))  # keeps probe_rounds
+    cfg = resolved.config
+    if resolved.backend != NAME or cfg.task != "noise_probe":
+        raise ValueError(
+            "measure_noise takes a task=noise_probe config resolved by the tiny backend, not "
+            f"a task={cfg.task} one resolved by {resolved.backend}"
+        )
     seed_everything(cfg.seed)
     base = build_base_model(sft_config(cfg), cache_dir)
     tokenizer, model = base.tokenizer, base.model

@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any
 
 from fp8rl.config import ConfigError, RunConfig, resolve
+from fp8rl.config.request import ResolvedConfig
 from fp8rl.numerics.bf16 import native_bf16_available
 from fp8rl.tiny.evaluate import EvalConfig, item_counts
 from fp8rl.tiny.model import PRESETS, get_preset, mimic_block_size
@@ -22,18 +23,19 @@ from fp8rl.tiny.tasks import DIFFICULTIES, FAMILIES
 from fp8rl.tiny.tokenizer import VOCAB_SIZE_PADDED
 
 __all__ = [
+    "NAME",
     "PROMPT_BUDGET",
     "UNUSED",
     "eval_config",
     "max_seq_len",
     "recipe_kwargs",
     "resolve_config",
-    "resolve_reporting_unused",
     "sft_config",
-    "unused_settings",
     "validate",
 ]
 
+#: The backend's name: what its resolved configs carry (``ResolvedConfig.backend``).
+NAME = "tiny"
 #: Prompt positions reserved in the sampler's sequence budget (prompts are <= 52 chars).
 PROMPT_BUDGET = 64
 
@@ -112,23 +114,15 @@ def _check_block_size(cfg: RunConfig) -> None:
         )
 
 
-def resolve_config(cfg: RunConfig) -> RunConfig:
+def resolve_config(cfg: RunConfig) -> ResolvedConfig:
     """``cfg`` checked by :func:`validate` and resolved (``fp8rl.config.resolve``) with the
-    tiny defaults: block size = the 8B block-to-width ratio, families = all eight."""
-    return resolve_reporting_unused(cfg)[0]
-
-
-def unused_settings(cfg: RunConfig) -> dict[str, str]:
-    """Settings of ``cfg`` its configuration does not use (key -> why): what
-    :func:`resolve_config` resets so that they do not split one run into several."""
-    return resolve_reporting_unused(cfg)[1]
-
-
-def resolve_reporting_unused(cfg: RunConfig) -> tuple[RunConfig, dict[str, str]]:
-    """(:func:`resolve_config`, :func:`unused_settings`) in one pass."""
+    tiny defaults: block size = the 8B block-to-width ratio, families = all eight; with the
+    settings its configuration does not use (reset so that they do not split one run into
+    several). Idempotent."""
     validate(cfg)  # first: mimic_block_size needs a known preset
     block = mimic_block_size(cfg.model.preset)  # divides every width by construction
-    return resolve(cfg, default_block_size=block, families=FAMILIES)
+    resolved, unused = resolve(cfg, default_block_size=block, families=FAMILIES)
+    return ResolvedConfig(resolved, NAME, unused)
 
 
 def sft_config(cfg: RunConfig) -> SFTConfig:

@@ -44,7 +44,6 @@ import copy
 import json
 import logging
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +52,7 @@ import numpy as np
 import torch
 
 from fp8rl.config import RunConfig
+from fp8rl.config.request import RunRequest, StepHook
 from fp8rl.numerics import (
     apply_fp8_training,
     fast_paths_enabled,
@@ -109,7 +109,14 @@ from fp8rl.tiny.evaluate import evaluate
 from fp8rl.tiny.export import export_step
 from fp8rl.tiny.progress import progress_bar
 from fp8rl.tiny.sampler import Sampler, response_log_probs
-from fp8rl.tiny.settings import eval_config, max_seq_len, recipe_kwargs, resolve_config, sft_config
+from fp8rl.tiny.settings import (
+    NAME,
+    eval_config,
+    max_seq_len,
+    recipe_kwargs,
+    resolve_config,
+    sft_config,
+)
 from fp8rl.tiny.sft import build_base_model, encode_problem
 from fp8rl.tiny.tasks import training_mix
 from fp8rl.tiny.timing import PhaseTimer
@@ -121,12 +128,11 @@ __all__ = [
     "export_steps",
     "seed_everything",
     "train",
+    "train_request",
     "train_run",
 ]
 
 log = logging.getLogger(__name__)
-
-StepHook = Callable[[int, dict[str, float]], None]
 
 
 # --------------------------------------------------------------------------------------
@@ -679,29 +685,18 @@ def train_step(tr: Trainer, step: int, timer: PhaseTimer) -> StepRecord:
     )
 
 
-def train_run(
-    cfg: RunConfig,
-    run: Run,
-    *,
-    cache_dir: str | Path | None = None,
-    max_steps_this_call: int | None = None,
-    on_step: StepHook | None = None,
-    export_hf: bool = False,
-) -> RunSummary:
-    """The training loop on an open, writable run (``start`` or ``resume``); with
-    ``export_hf`` an HF checkpoint of the master weights at every evaluated step."""
+def train_run(request: RunRequest, run: Run) -> RunSummary:
+    """The training loop of the request's run on an open, writable ``run`` (``start`` or
+    ``resume``); with ``request.export_hf`` an HF checkpoint of the master weights at every
+    evaluated step."""
     if not run.should_run:
         raise ValueError(f"{run!r} is not to be run (decision {run.decision.value})")
-    cfg = resolve_config(cfg)
-    tr = set_up(cfg, run, cache_dir)
-    tr.export_hf = export_hf
+    cfg, on_step, limit = request.config_for(NAME), request.on_step, request.max_steps_this_call
+    tr = set_up(cfg, run, request.cache_dir)
+    tr.export_hf = request.export_hf
     if cfg.eval.every and tr.start == 1:
         tr.evaluate(0)  # the SFT base, as verl's val_before_train
-    end = (
-        cfg.steps
-        if max_steps_this_call is None
-        else min(cfg.steps, tr.start - 1 + max_steps_this_call)
-    )
+    end = cfg.steps if limit is None else min(cfg.steps, tr.start - 1 + limit)
     metrics: dict[str, float] = {}
     step = tr.start - 1
     with progress_bar(cfg.steps, "RL steps", initial=step) as bar:
@@ -761,24 +756,31 @@ def export_kept_checkpoints(
 
 
 def train(
-    cfg: RunConfig,
-    store: RunStore | str | Path,
-    experiment: str = "tiny",
-    *,
-    cache_dir: str | Path | None = None,
-    max_steps_this_call: int | None = None,
-    rerun_failed: bool = False,
-    rerun_damaged: bool = False,
-    on_step: StepHook | None = None,
-    export_hf: bool = False,
+    cfg: RunConfig, store: RunStore | str | Path, experiment: str = "tiny", **options: Any
 ) -> RunSummary:
-    """Run (or resume, or skip) the run of ``cfg`` in ``store`` under ``experiment``.
+    """Run (or resume, or skip) the run of ``cfg`` in ``store`` under ``experiment``: the
+    direct entry point (tests, benchmarks, a notebook) to :func:`train_request`.
 
     ``cfg`` is resolved first (``fp8rl.tiny.settings.resolve_config``: derived values filled
-    in, unused settings reset), so a run has one id however it was spelled.
+    in, unused settings reset), so a run has one id however it was spelled. ``options`` are
+    the :class:`~fp8rl.config.request.RunRequest`'s runtime fields (``cache_dir``,
+    ``max_steps_this_call``, ``rerun_failed``, ``rerun_damaged``, ``export_hf``,
+    ``on_step``, ...).
+    """
+    resolved = resolve_config(cfg)
+    if not isinstance(store, RunStore):
+        store = RunStore(store)
+    return train_request(RunRequest(resolved, store, experiment, **options))
+
+
+def train_request(request: RunRequest) -> RunSummary:
+    """Run (or resume, or skip) the request's run: its config, resolved by the tiny backend,
+    in ``request.store`` under ``request.experiment``.
+
     ``max_steps_this_call`` stops after that many steps, leaving the run ``pending`` (the
     next call resumes it from its last checkpoint); ``cache_dir`` is the base-model cache
-    (``fp8rl.tiny.sft``).
+    (``fp8rl.tiny.sft``); with ``export_hf`` a run already done exports the evaluated steps
+    it kept a checkpoint of.
 
     ``on_step(step, values)`` is called after each step is logged (and evaluated, on eval
     steps) and before it is checkpointed: ``values`` holds the step's training metrics
@@ -789,17 +791,18 @@ def train(
     its logs and earlier checkpoints, and ``train`` *returns* a summary with
     ``status == "pruned"``. Any other exception from it fails the run and propagates.
     """
-    cfg = resolve_config(cfg)
-    if not isinstance(store, RunStore):
-        store = RunStore(store)
+    cfg, store = request.config_for(NAME), request.store
     with store.open_run(
-        experiment, cfg.to_dict(), rerun_failed=rerun_failed, rerun_damaged=rerun_damaged
+        request.experiment,
+        cfg.to_dict(),
+        rerun_failed=request.rerun_failed,
+        rerun_damaged=request.rerun_damaged,
     ) as run:
         if not run.should_run:
             log.info("%r: nothing to do (%s)", run, run.decision.value)
             info = store.run_info(run.experiment, run.run_id)
-            if export_hf and info.status.value == "done":
-                export_kept_checkpoints(cfg, run.path, cache_dir)
+            if request.export_hf and info.status.value == "done":
+                export_kept_checkpoints(cfg, run.path, request.cache_dir)
             reason = run.reason or info.reason
             return RunSummary(
                 run.run_id,
@@ -809,11 +812,4 @@ def train(
                 info.last_step,
                 reason=reason,
             )
-        return train_run(
-            cfg,
-            run,
-            cache_dir=cache_dir,
-            max_steps_this_call=max_steps_this_call,
-            on_step=on_step,
-            export_hf=export_hf,
-        )
+        return train_run(request, run)

@@ -8,19 +8,19 @@ from __future__ import annotations
 import logging
 import shlex
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
 from fp8rl.config import ClusterConfig, ConfigError, RunConfig
+from fp8rl.config.request import ResolvedConfig, RunRequest
 from fp8rl.runs import RunStore, RunSummary
 from fp8rl.verl_ext.cost import VerlCost
 from fp8rl.verl_ext.hooks import HOOKS
 from fp8rl.verl_ext.launch import POLL_S, launch_problems, run_verl
 from fp8rl.verl_ext.presets import get_model
-from fp8rl.verl_ext.settings import resolve_config
+from fp8rl.verl_ext.settings import NAME, resolve_config
 from fp8rl.verl_ext.translate import RunFiles, VerlLaunch, translate
 
 __all__ = ["VerlBackend"]
@@ -35,13 +35,14 @@ class VerlBackend:
     poll_s: seconds between two ingestions of a running verl's outputs.
     """
 
-    name = "verl"
+    name = NAME
 
     def __init__(self, python: str = sys.executable, poll_s: float = POLL_S) -> None:
         self.python, self.poll_s = python, poll_s
 
-    def resolve(self, cfg: RunConfig) -> tuple[RunConfig, dict[str, str]]:
-        """Validated (ConfigError before any compute) and resolved, with what was reset."""
+    def resolve(self, cfg: RunConfig) -> ResolvedConfig:
+        """Validated (ConfigError before any compute) and resolved, with what was reset
+        (``fp8rl.verl_ext.settings.resolve_config``)."""
         return resolve_config(cfg)
 
     def check_runtime(self, cfg: RunConfig, exp: Any) -> None:
@@ -125,21 +126,8 @@ class VerlBackend:
     ) -> VerlCost:
         return VerlCost(cfg, cluster or ClusterConfig())
 
-    def run(
-        self,
-        cfg: RunConfig,
-        store: RunStore,
-        experiment: str,
-        *,
-        cache_dir: str | Path | None = None,
-        max_steps_this_call: int | None = None,
-        rerun_failed: bool = False,
-        rerun_damaged: bool = False,
-        on_step: Callable[[int, dict[str, float]], None] | None = None,
-        cluster: ClusterConfig | None = None,
-        export_hf: bool = False,
-    ) -> RunSummary:
-        """Start, resume or skip the run of ``cfg``. A run that would start is first checked
+    def run(self, request: RunRequest) -> RunSummary:
+        """Start, resume or skip the request's run. A run that would start is first checked
         (:func:`fp8rl.verl_ext.launch.launch_problems`): on a machine without verl's GPU
         stack or with benchmark files missing, it is refused
         (ConfigError) before anything is written. ``cache_dir`` is not read (verl caches
@@ -147,17 +135,18 @@ class VerlBackend:
         at each evaluated step) is refused: verl writes FSDP checkpoints
         (``<run>/verl/checkpoints/global_step_<n>/actor``) and turning them into HF ones
         (``python -m verl.model_merger``) is not wired in yet."""
-        if export_hf:
+        if request.export_hf:
             raise ConfigError(
                 "export_hf=true on the verl backend: verl writes FSDP checkpoints "
                 "(<run>/verl/checkpoints/global_step_<n>/actor); merge one into a Hugging Face "
                 "checkpoint with `python -m verl.model_merger merge --backend fsdp --local_dir "
                 "<that actor dir> --target_dir <out>` (not wired into export_hf yet)"
             )
-        if max_steps_this_call is not None:
+        if request.max_steps_this_call is not None:
             raise ConfigError("max_steps_this_call: not on the verl backend (check_runtime)")
-        cfg = resolve_config(cfg)[0]
-        cluster = cluster or ClusterConfig()
+        cfg = request.config_for(self.name)
+        store, experiment, cluster = request.store, request.experiment, request.cluster
+        rerun_failed, rerun_damaged = request.rerun_failed, request.rerun_damaged
         run_id = store.run_id(cfg.to_dict())
         files = RunFiles(store.run_dir(experiment, run_id).absolute())
         launch = translate(cfg, cluster, files, experiment=experiment, run_id=run_id)
@@ -178,7 +167,7 @@ class VerlBackend:
             first = (run.read_metrics().last_step or 0) + 1
             last = run_verl(
                 run, cfg, launch, files, cluster,
-                on_step=on_step, python=self.python, poll_s=self.poll_s,
+                on_step=request.on_step, python=self.python, poll_s=self.poll_s,
             )  # fmt: skip
             final = run.read_metrics().records
             evals = run.read_eval().records

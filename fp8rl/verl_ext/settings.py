@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from fp8rl.config import ConfigError, RunConfig, leaf_fields, override, resolve
+from fp8rl.config.request import ResolvedConfig
 from fp8rl.numerics.registry import recipe_decl
 from fp8rl.rl.losses import LIVE_BOUND_LOSSES
 from fp8rl.verl_ext.data import BENCHMARKS
@@ -22,6 +23,7 @@ from fp8rl.verl_ext.rollout_quant import VllmRolloutFormat
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "MAX_PROMPT_LENGTH",
+    "NAME",
     "UNUSED",
     "resolve_config",
     "validate",
@@ -34,6 +36,9 @@ DEFAULT_BLOCK_SIZE = 128
 #: ``data.max_prompt_length``: DeepScaleR's and the benchmarks' problems are short; longer
 #: prompts are dropped (``data.filter_overlong_prompts=true``), never truncated.
 MAX_PROMPT_LENGTH = 1024
+
+#: The backend's name: what its resolved configs carry (``ResolvedConfig.backend``).
+NAME = "verl"
 
 _TINY_SFT = "the tiny base model's SFT warm start; verl starts from the Hugging Face weights"
 #: Run-config keys the verl backend does not read, and why.
@@ -117,10 +122,10 @@ def validate(cfg: RunConfig) -> None:
         )
 
 
-def resolve_config(cfg: RunConfig) -> tuple[RunConfig, dict[str, str]]:
+def resolve_config(cfg: RunConfig) -> ResolvedConfig:
     """``cfg`` checked and resolved for verl: derived values filled in (block size 128,
-    every benchmark for ``eval.families``), unused settings reset; returns (resolved, what
-    was reset with why)."""
+    every benchmark for ``eval.families``), unused settings reset (``unused``: what was
+    reset, with why). Idempotent."""
     validate(cfg)
     resolved, unused = resolve(cfg, default_block_size=DEFAULT_BLOCK_SIZE, families=BENCHMARKS)
     default = RunConfig()
@@ -136,7 +141,7 @@ def resolve_config(cfg: RunConfig) -> tuple[RunConfig, dict[str, str]]:
         if resolved.eval.seed != default.eval.seed:
             unused["eval.seed"] = f"{why}: no sample is drawn"
         changes["eval.seed"] = default.eval.seed
-    return (override(resolved, changes) if changes else resolved), unused
+    return ResolvedConfig(override(resolved, changes) if changes else resolved, NAME, unused)
 
 
 def _get(cfg: Any, key: str) -> Any:

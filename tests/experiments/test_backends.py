@@ -4,10 +4,13 @@ and whichever entry point builds it; a backend that is not available fails befor
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from fp8rl.config import ConfigError, RunConfig
-from fp8rl.experiments.backends import BACKENDS, get_backend, resolve_run
+from fp8rl.config.request import RunRequest
+from fp8rl.experiments.backends import BACKENDS, REQUEST_KEYS, get_backend, resolve_run
 from fp8rl.experiments.compose import Composer, compose
 from fp8rl.experiments.dispatch import run_config
 from fp8rl.experiments.schema import RUNTIME_KEYS, ExperimentConfig, run_config_of, validate
@@ -117,7 +120,7 @@ def test_a_run_from_sweep_is_the_run_a_direct_train_call_makes(tmp_path, cache) 
     the same run as the equivalent RunConfig handed to the trainer directly."""
     direct = quick(**{"granularity.training": "blockwise", "granularity.rollout": "block"})
     cfg = compose(["+experiment=test", "granularity=blockwise"])
-    assert run_id_for(run_config(cfg)) == run_id_for(TinyBackend().resolve(direct)[0].to_dict())
+    assert run_id_for(run_config(cfg)) == run_id_for(TinyBackend().resolve(direct).to_dict())
     summary = train(direct, tmp_path, "test", cache_dir=cache, max_steps_this_call=1)
     assert summary.run_id == run_id_for(run_config(cfg))
     assert QUICK.granularity.block_size is None  # resolved to the 8B ratio, 4 at width 128
@@ -128,3 +131,30 @@ def test_unused_settings_are_reported() -> None:
     unused = resolve_run(cfg).unused
     assert set(unused) == {"granularity.block_size", "clipping.period"}
     assert "standard does not calibrate" in unused["clipping.period"]
+
+
+def test_the_run_request_carries_the_experiment_s_runtime_keys_of_its_names(tmp_path) -> None:
+    """A runtime option is a RunRequest field named like its experiment key: the request of a
+    composed run takes each such key's value, and ``changes`` go on top."""
+    assert set(REQUEST_KEYS) == {
+        "cache_dir", "max_steps_this_call", "rerun_failed", "rerun_damaged", "export_hf",
+        "cluster",
+    }  # fmt: skip
+    others = {f.name for f in dataclasses.fields(RunRequest)} - set(REQUEST_KEYS)
+    assert others == {"resolved", "store", "experiment", "on_step"}  # set by the caller
+    r = resolve_run(compose([
+        f"runs_dir={tmp_path}", "experiment_name=req", "cache_dir=/c", "max_steps_this_call=2",
+        "rerun_failed=true", "rerun_damaged=true", "export_hf=true", "cluster.nnodes=2",
+    ]))  # fmt: skip
+    request = r.request()
+    assert request.resolved is r.resolved and request.resolved.backend == "tiny"
+    assert (request.store.root, request.experiment) == (tmp_path, "req")
+    assert {key: getattr(request, key) for key in REQUEST_KEYS} == {
+        key: getattr(r.experiment, key) for key in REQUEST_KEYS
+    }
+    assert request.cluster.nnodes == 2 and request.on_step is None
+
+    def hook(step: int, values: dict[str, float]) -> None: ...
+
+    changed = r.request(on_step=hook, export_hf=False)
+    assert changed.on_step is hook and not changed.export_hf and changed.rerun_failed

@@ -11,6 +11,7 @@ from fp8rl.experiments.compose import compose
 from fp8rl.experiments.dispatch import run_config, run_one
 from fp8rl.experiments.schema import ConfigError
 from fp8rl.runs import RunStore, read_step_log
+from fp8rl.tiny import settings
 
 
 def cfg(tmp: Path, cache: Path, *overrides: str):
@@ -60,3 +61,22 @@ def test_a_verl_run_without_the_gpu_stack_is_refused_before_anything_is_written(
     with pytest.raises(ConfigError, match=r"(?s)cannot launch.*GPU stack is missing.*CUDA"):
         run_one(cfg(tmp_path, cache, "backend=verl", data))
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_run_is_resolved_once_on_its_way_to_the_trainer(
+    tmp_path: Path, cache: Path, monkeypatch
+) -> None:
+    """The backend resolves the composed config once (``resolve_run``); the request carries
+    the ResolvedConfig through the backend and the trainer, which do not resolve it again."""
+    calls: list[str] = []
+    real = settings.resolve
+
+    def counted(cfg, **kwargs):
+        calls.append(cfg.task)
+        return real(cfg, **kwargs)
+
+    monkeypatch.setattr(settings, "resolve", counted)
+    assert run_one(cfg(tmp_path, cache, "steps=1", "threads=1")).status == "done"
+    probe = cfg(tmp_path, cache, "task=noise_probe", "probe_rounds=1", "threads=1")
+    assert run_one(probe).status == "done"
+    assert calls == ["train", "noise_probe"]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from fp8rl.config import RunConfig, override
+from fp8rl.config.request import ResolvedConfig, RunRequest
 from fp8rl.runs import RunStore, list_checkpoints
 from fp8rl.tiny.backend import LOG_BYTES_PER_STEP, TinyBackend, TinyCost
 from fp8rl.tiny.sft import SHIPPED_DIR
@@ -67,3 +68,17 @@ def test_a_shipped_base_model_is_not_counted_as_a_build(tmp_path: Path) -> None:
     assert backend.cost(
         override(RunConfig(), {"model.sft.steps": 7}), tmp_path / "cache"
     ).setup_done
+
+
+def test_the_backend_resolves_into_its_own_type_and_runs_only_what_it_resolved(
+    tmp_path: Path,
+) -> None:
+    backend = TinyBackend()
+    resolved = backend.resolve(quick(**{"granularity.training": "blockwise"}))
+    assert isinstance(resolved, ResolvedConfig) and resolved.backend == backend.name == "tiny"
+    assert resolved.config.granularity.block_size == 4  # the 8B ratio at width 128
+    assert backend.resolve(resolved.config).config == resolved.config  # idempotent
+    foreign = RunRequest(ResolvedConfig(resolved.config, "verl"), RunStore(tmp_path), "t")
+    with pytest.raises(TypeError, match="resolved by the verl backend, not by tiny"):
+        backend.run(foreign)
+    assert not list(tmp_path.iterdir())  # refused before anything was written

@@ -67,7 +67,7 @@ def test_native_on_a_cpu_without_native_bf16_is_a_one_line_config_error(monkeypa
     assert "\n" not in message
     assert "granularity.bf16_compute=native" in message and "avx512_bf16" in message
     assert "granularity.bf16_compute=emulated" in message  # the fix
-    assert TinyBackend().resolve(quick())[0].granularity.bf16_compute == "emulated"
+    assert TinyBackend().resolve(quick()).config.granularity.bf16_compute == "emulated"
 
 
 def test_the_cpu_check_reads_the_cpuinfo_flags(tmp_path: Path) -> None:

@@ -86,7 +86,7 @@ def test_eval_difficulties_follow_the_rl_mix_and_are_checked_by_the_tiny_backend
     from fp8rl.config import ConfigError, RunConfig, override
     from fp8rl.tiny.settings import eval_config, resolve_config
 
-    cfg = resolve_config(override(RunConfig(), {"rollout.difficulties": [3, 2]}))
+    cfg = resolve_config(override(RunConfig(), {"rollout.difficulties": [3, 2]})).config
     assert cfg.eval.difficulties == [2, 3]
     assert eval_config(cfg).difficulties == (2, 3)
     with pytest.raises(ConfigError, match=r"rollout\.difficulties"):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import fp8rl.config.run as run_module
+from fp8rl.config.request import RunRequest
 from fp8rl.runs import RunStore
 from fp8rl.tiny.backend import TinyBackend
 from fp8rl.tiny.settings import UNUSED
@@ -86,10 +87,11 @@ def recorded(monkeypatch) -> Reads:
 
 def test_every_leaf_is_read_by_the_tiny_backend_or_listed_unused(recorded, tmp_path, cache) -> None:
     backend, store = TinyBackend(), RunStore(tmp_path / "runs")
-    summary = backend.run(quick(**EVERYTHING), store, "coverage", cache_dir=cache)
+    everything = backend.resolve(quick(**EVERYTHING))
+    summary = backend.run(RunRequest(everything, store, "coverage", cache_dir=cache))
     assert summary.status == "done"
-    probe = quick(task="noise_probe", probe_rounds=1)
-    assert backend.run(probe, store, "coverage", cache_dir=cache).status == "done"
+    probe = backend.resolve(quick(task="noise_probe", probe_rounds=1))
+    assert backend.run(RunRequest(probe, store, "coverage", cache_dir=cache)).status == "done"
     unread = unread_leaves(recorded)
     assert unread == sorted(UNUSED), (
         "leaves neither read by the tiny backend nor listed in fp8rl.tiny.settings.UNUSED "

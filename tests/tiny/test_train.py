@@ -217,7 +217,7 @@ def test_shadow_steps_compare_what_each_precision_clips(tmp_path, cache) -> None
 
 
 def test_dapo_runs_with_its_defaults(tmp_path, cache) -> None:
-    cfg = resolve_config(quick(**DAPO))
+    cfg = resolve_config(quick(**DAPO)).config
     assert cfg.nominal_bounds == pytest.approx((0.8, 1.28)) and cfg.algorithm.dynamic_sampling
     assert cfg.to_dict()["algorithm"]["eps_high"] == 0.28
     assert cfg.algorithm.overlong_buffer_len == 24 // 4  # null: a quarter of the response
@@ -421,11 +421,12 @@ def test_invalid_configs_fail_before_compute(changes, message) -> None:
 def test_a_loss_without_live_bounds_is_refused_with_calibrated_clipping() -> None:
     with pytest.raises(ConfigError, match=r"clipping\.loss=vanilla .*reads no live bounds"):
         quick(**{"clipping.loss": "vanilla", "clipping.mode": "calibrated"})
-    assert resolve_config(quick(**{"clipping.loss": "vanilla"})).clipping.loss == "vanilla"
+    assert resolve_config(quick(**{"clipping.loss": "vanilla"})).config.clipping.loss == "vanilla"
 
 
 def test_calibrated_clipping_with_identical_precisions_is_allowed() -> None:
-    cfg = resolve_config(quick(**{"granularity.training": "bf16", "clipping.mode": "calibrated"}))
+    changes = {"granularity.training": "bf16", "clipping.mode": "calibrated"}
+    cfg = resolve_config(quick(**changes)).config
     assert cfg.calibrator_config().enabled
 
 

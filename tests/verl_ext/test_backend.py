@@ -13,6 +13,7 @@ import pytest
 from verl_runs import fake_python, write_data
 
 from fp8rl.config import ConfigError
+from fp8rl.config.request import ResolvedConfig, RunRequest
 from fp8rl.experiments.backends import resolve_run
 from fp8rl.experiments.compose import compose
 from fp8rl.runs import RunStore
@@ -29,8 +30,7 @@ def resolved(tmp_path: Path, *overrides: str):
 
 
 def start(r, backend: VerlBackend, **kw):
-    return backend.run(r.config, RunStore(r.experiment.runs_dir), r.experiment.experiment_name,
-                       cluster=r.experiment.cluster, **kw)  # fmt: skip
+    return backend.run(r.request(**kw))  # the experiment's runtime keys, kw on top
 
 
 def test_without_the_gpu_stack_a_run_is_refused_before_anything_is_written(tmp_path) -> None:
@@ -114,3 +114,17 @@ def test_export_hf_is_refused_naming_verl_s_own_merger(tmp_path) -> None:
     r = resolved(tmp_path)
     with pytest.raises(ConfigError, match=r"export_hf=true on the verl backend.*model_merger"):
         start(r, VerlBackend(), export_hf=True)
+
+
+def test_a_config_another_backend_resolved_is_refused_before_anything_is_written(
+    tmp_path,
+) -> None:
+    """verl's resolution is its own (block size 128, the benchmarks): a config resolved by
+    the tiny backend is not run, however alike the two look."""
+    r = resolved(tmp_path)
+    assert r.resolved.backend == VerlBackend.name == "verl"
+    assert VerlBackend().resolve(r.config).config == r.config  # idempotent
+    tiny = ResolvedConfig(r.config, "tiny")
+    with pytest.raises(TypeError, match="resolved by the tiny backend, not by verl"):
+        VerlBackend().run(RunRequest(tiny, RunStore(r.experiment.runs_dir), "test"))
+    assert not (tmp_path / "runs").exists()

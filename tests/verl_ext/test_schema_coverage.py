@@ -15,6 +15,7 @@ import pytest
 from verl_runs import fake_python, write_data
 
 import fp8rl.config.run as run_module
+from fp8rl.config.request import RunRequest
 from fp8rl.experiments.backends import resolve_run
 from fp8rl.experiments.compose import compose
 from fp8rl.runs import RunStore
@@ -78,7 +79,8 @@ def test_every_leaf_is_read_by_the_verl_backend_or_listed_unused(recorded, tmp_p
                                  f"runs_dir={tmp_path / 'runs'}", *extra]))  # fmt: skip
         backend.describe(r.config, r.experiment, tmp_path / f"describe{i}")
         store = RunStore(r.experiment.runs_dir)
-        summary = backend.run(r.config, store, "coverage", cluster=r.experiment.cluster)
+        request = RunRequest(r.resolved, store, "coverage", cluster=r.experiment.cluster)
+        summary = backend.run(request)
         assert summary.status == "done"
     unread = unread_leaves(recorded)
     assert unread == sorted(UNUSED), (
