@@ -23,6 +23,10 @@ confounded:
   (128 tokens of one channel); E4M3 everywhere, plain amax scales.
 * ``bf16``: no FP8; every operand (and, through :mod:`fp8rl.numerics.bf16`, every activation)
   is rounded to BF16 with FP32 compute — this CPU has no native BF16.
+* ``fp16``: ``bf16`` in the other half format (``half_format="fp16"``): IEEE FP16 rounding
+  with FP32 compute, forward and backward; its FP16 gradients need dynamic loss scaling
+  (:data:`LOSS_SCALED_RECIPES`, :mod:`fp8rl.numerics.loss_scale`), and its rollout copy is
+  FP16 too (arXiv 2510.26788's "FP16 instead of BF16").
 * ``fp32``: nothing is rounded; the numerical reference.
 
 Settings a recipe logs (``to_dict``) beyond the operand specs: which backend executes it,
@@ -50,6 +54,7 @@ from fp8rl.numerics.formats import Fp8Format
 from fp8rl.numerics.scaling import Block
 
 __all__ = [
+    "LOSS_SCALED_RECIPES",
     "OPERAND_SLOTS",
     "RECIPE_NAMES",
     "TORCHAO_GEMMS",
@@ -66,7 +71,7 @@ OPERAND_SLOTS = (
     "grad_output_for_grad_weight",
     "input_for_grad_weight",
 )
-Backend = Literal["none", "bf16", "torchao", "emulated"]
+Backend = Literal["none", "bf16", "fp16", "torchao", "emulated"]
 TorchAOGemm = Literal["emulated", "scaled_mm"]
 TORCHAO_GEMMS: tuple[str, ...] = ("emulated", "scaled_mm")
 
@@ -117,10 +122,12 @@ class Fp8Recipe:
     backend: Backend
     specs: dict[str, OperandSpec] | None = None
     emulate_bf16: bool = True  # round everything around the GEMMs to BF16 (the paper's stack)
+    # (to ``half_format``: BF16, or FP16 for the ``fp16`` recipe)
     include_lm_head: bool = False  # the LM head stays BF16 unless asked (torchtitan default)
     block_size: int = 128
     fast_accum_output: bool = True  # TorchAO's output-GEMM fast accumulation (no effect on CPU)
     torchao_gemm: TorchAOGemm = "emulated"  # the GEMM TorchAO's Float8Linear calls (docstring)
+    half_format: str = "bf16"  # the format emulate_bf16 rounds to: bf16, or fp16 (``fp16``)
 
     @property
     def is_fp8(self) -> bool:
@@ -141,6 +148,7 @@ class Fp8Recipe:
             "block_size": self.block_size,
             "fast_accum_output": self.fast_accum_output,
             "torchao_gemm": self.torchao_gemm,
+            "half_format": self.half_format,
             "operands": (
                 None if self.specs is None else {k: v.to_dict() for k, v in self.specs.items()}
             ),
@@ -220,11 +228,14 @@ def _blockwise(grad_output_fmt: Fp8Format, pow2: bool, b: int) -> dict[str, Oper
 _DEFAULTS: dict[str, tuple[Backend, Fp8Format | None, bool]] = {
     "fp32": ("none", None, False),
     "bf16": ("bf16", None, False),
+    "fp16": ("fp16", None, False),
     "tensorwise": ("torchao", Fp8Format.E5M2, False),
     "rowwise": ("torchao", Fp8Format.E4M3, True),
     "blockwise": ("emulated", Fp8Format.E4M3, False),
 }
 RECIPE_NAMES = tuple(_DEFAULTS)
+#: Recipes whose gradients are FP16, so training needs dynamic loss scaling.
+LOSS_SCALED_RECIPES: tuple[str, ...] = ("fp16",)
 
 
 def get_recipe(
@@ -252,16 +263,17 @@ def get_recipe(
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
     default_backend, default_go, default_pow2 = _DEFAULTS[name]
-    if name in ("fp32", "bf16"):
+    if name in ("fp32", "bf16", "fp16"):
         if backend not in (None, default_backend):
             raise ValueError(f"recipe {name!r} has no FP8 GEMMs; backend {backend!r} is invalid")
         return Fp8Recipe(
             name=name,
             backend=default_backend,
             specs=None,
-            emulate_bf16=(name == "bf16") if emulate_bf16 is None else emulate_bf16,
+            emulate_bf16=(name != "fp32") if emulate_bf16 is None else emulate_bf16,
             include_lm_head=include_lm_head,
             block_size=block_size,
+            half_format="fp16" if name == "fp16" else "bf16",
         )
     go = Fp8Format(grad_output_format) if grad_output_format is not None else default_go
     pow2 = default_pow2 if pow2_scales is None else pow2_scales
