@@ -27,7 +27,7 @@ from typing import Any
 
 from fp8rl.config.fields import ConfigError, check_fields, choice, num, num_list
 from fp8rl.numerics.linears import BF16_COMPUTE
-from fp8rl.numerics.recipes import RECIPE_NAMES
+from fp8rl.numerics.recipes import LOSS_SCALED_RECIPES, RECIPE_NAMES
 from fp8rl.numerics.rollout import ActScale, RolloutQuantConfig, WeightScale
 from fp8rl.rl.advantages import ALGORITHMS, KL_TYPES
 from fp8rl.rl.aggregation import LOSS_AGG_MODES
@@ -91,11 +91,17 @@ class GranularityConfig:
     """FP8 scaling, spelled out separately for training and rollout.
 
     training: the training recipe (``bf16`` = BF16, no FP8 GEMMs; the FP8 recipes keep
-        BF16 elsewhere, as TorchAO does).
+        BF16 elsewhere, as TorchAO does; ``fp16`` = IEEE FP16 instead of BF16 everywhere,
+        with dynamic loss scaling, ``train.loss_scale_*``).
     rollout: the rollout's FP8 W8A8 weight scaling (``tensor``/``channel``/``block``,
         vLLM-style online FP8 re-quantised at every weight sync), or null for a BF16
         rollout. ``rollout_activation`` overrides the activation scaling (null: follows
-        the weights).
+        the weights). The rollout's high-precision format (all of a null rollout, and
+        everything around the FP8 GEMMs of an FP8 one) is the training recipe's: FP16
+        with ``training=fp16`` (the rollout copy and its held-out evaluation round to
+        FP16), BF16 with every other recipe. The BF16 shadow (Calibrated Clipping's
+        reference, ``fp8rl/shadow/*``, the health probe's master) is BF16 for every
+        recipe, ``fp16`` included.
     block_size: block of ``blockwise`` training and ``block`` rollout scaling; null = the
         backend's default (tiny: the 8B model's block-to-width ratio, ``mimic_block_size``).
     lm_head: quantise the LM head too (training and rollout).
@@ -132,8 +138,13 @@ class GranularityConfig:
 
     def uses_fp8(self, ref_recipe: str | None) -> bool:
         return self.rollout is not None or any(
-            r not in (None, "bf16") for r in (self.training, ref_recipe)
+            r not in (None, "bf16", "fp16") for r in (self.training, ref_recipe)
         )
+
+    @property
+    def uses_loss_scaling(self) -> bool:
+        """Whether the training recipe has FP16 gradients (dynamic loss scaling)."""
+        return self.training in LOSS_SCALED_RECIPES
 
 
 @dataclass
@@ -296,6 +307,11 @@ class TrainSettings:
         ``samples/`` (``fp8rl.rl.step_metrics.dump_rows``; the token viewer reads them).
     shadow_every: BF16 shadow forwards every this many steps (0 = only on calibration
         steps), logging what BF16 and the training precision clip (``fp8rl/shadow/*``).
+    loss_scale_init, loss_scale_growth_interval: dynamic loss scaling of FP16 training
+        (``granularity.training=fp16``; ``fp8rl.numerics.loss_scale``): the initial scale,
+        and the consecutive finite optimiser steps after which it doubles (it halves and
+        the step is skipped on an inf or NaN gradient). torch.amp.GradScaler's defaults;
+        unused (reset) with every other recipe.
     """
 
     lr: float = num(1e-5, gt=0.0, le=1.0)  # RL fine-tuning: 1e-6; Adam at lr 1 diverges
@@ -312,6 +328,11 @@ class TrainSettings:
     dump_samples_every: int = num(0, ge=0, le=MAX_STEPS)
     dump_samples: int = num(4, ge=1, le=MAX_BATCH)
     shadow_every: int = num(0, ge=0, le=MAX_STEPS)
+    # a power of two keeps unscaling exact; past 2**32 every gradient above 1.5e-5 overflows
+    # FP16 at once, so a larger start only costs skipped steps halving back down
+    loss_scale_init: float = num(2.0**16, ge=1.0, le=2.0**32)
+    # optimiser steps (steps x epochs x mini-batches); past MAX_STEPS x 100 it never comes
+    loss_scale_growth_interval: int = num(2000, ge=1, le=MAX_STEPS * 100)
 
     def __post_init__(self) -> None:
         check_fields(self, "train")
@@ -589,6 +610,10 @@ def resolve(
         reset("granularity.block_size", "no blockwise scaling in this configuration")
     if not g.uses_fp8(ref):
         reset("granularity.lm_head", "no FP8 in this configuration")
+    if not g.uses_loss_scaling:
+        why = f"granularity.training={g.training} has no FP16 gradients to scale"
+        reset("train.loss_scale_init", why)
+        reset("train.loss_scale_growth_interval", why)
     changes["train.tis"] = cfg.uses_tis
     if not cfg.uses_tis:
         reset("train.tis_threshold", "TIS is off")

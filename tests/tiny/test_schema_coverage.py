@@ -36,11 +36,12 @@ DERIVED = {
     "nominal_bounds",
     "uses_blocks",
     "uses_fp8",
+    "uses_loss_scaling",
 }
 #: One step with every feature on: FP8 blockwise training and rollout with group
 #: activations and the LM head, DAPO with dynamic sampling and overlong shaping, a KL term
 #: with its own reference precision, explicit TIS, Calibrated Clipping with every knob,
-#: shadow steps, evaluation, sample dumps.
+#: shadow steps, evaluation, sample dumps. (And an FP16 run for the loss scaler's keys.)
 EVERYTHING = {
     "steps": 1,
     "granularity.training": "blockwise",
@@ -90,6 +91,8 @@ def test_every_leaf_is_read_by_the_tiny_backend_or_listed_unused(recorded, tmp_p
     assert summary.status == "done"
     probe = quick(task="noise_probe", probe_rounds=1)
     assert backend.run(probe, store, "coverage", cache_dir=cache).status == "done"
+    fp16 = quick(steps=1, **{"granularity.training": "fp16"})  # its loss scaler's keys
+    assert backend.run(fp16, store, "coverage", cache_dir=cache).status == "done"
     unread = unread_leaves(recorded)
     assert unread == sorted(UNUSED), (
         "leaves neither read by the tiny backend nor listed in fp8rl.tiny.settings.UNUSED "
