@@ -52,6 +52,11 @@ UNUSED: dict[str, str] = {
     "eval.batch_size": "vLLM schedules the validation batch itself",
     "train.probe_size": "the tiny trainer's health probe; verl has none",
     "probe_rounds": "the tiny backend's noise probe (task=noise_probe); verl runs task=train",
+    **{
+        f"train.loss_scale_{k}": "FP16 loss scaling: granularity.training=fp16 runs on the tiny "
+        "backend only (validate refuses it here)"
+        for k in ("init", "growth_interval")
+    },
     **{key: _TINY_SFT for key in leaf_fields() if key.startswith("model.sft.")},
 }
 
@@ -65,6 +70,16 @@ def validate(cfg: RunConfig) -> None:
         )
     if cfg.task != "train":
         raise ConfigError(f"task={cfg.task}: the verl backend runs RL (task=train) only")
+    for key, recipe in (
+        ("granularity.training", cfg.granularity.training),
+        ("algorithm.ref_recipe", cfg.kl_reference_recipe),
+    ):
+        if recipe == "fp16":
+            raise ConfigError(
+                f"{key}=fp16: the verl backend has no FP16 path (it would need FSDP's "
+                "param_dtype=float16 with a loss scaler and vLLM's dtype=float16); run it on "
+                "the tiny backend"
+            )
     if cfg.eval.families is not None:
         unknown = sorted(set(cfg.eval.families) - set(BENCHMARKS))
         if unknown or not cfg.eval.families:

@@ -50,6 +50,7 @@ def test_the_tree_has_the_issues_options() -> None:
     assert options("granularity") == [
         "bf16",
         "blockwise",
+        "fp16",
         "fp8_rollout_only",
         "rowwise",
         "tensorwise",
@@ -102,9 +103,14 @@ def check_combination(composer: Composer, pick: dict[str, str]) -> None:
         with pytest.raises(ConfigError, match=rf"the {pick['backend']} backend knows"):
             to_run_config(cfg)
         return
+    if pick["granularity"] == "fp16" and pick["backend"] == "verl":
+        with pytest.raises(ConfigError, match=r"the verl backend has no FP16 path"):
+            to_run_config(cfg)
+        return
     run = to_run_config(cfg)
     spelled = {
         "bf16": ("bf16", None),
+        "fp16": ("fp16", None),
         "tensorwise": ("tensorwise", "tensor"),
         "rowwise": ("rowwise", "channel"),
         "blockwise": ("blockwise", "block"),
@@ -219,7 +225,7 @@ def test_the_regime_sweep_is_symmetric_in_width() -> None:
         # unknown option of a group: its options, as a plain list, and the nearest
         (
             ["granularity=fp4"],
-            r"^granularity=fp4 is not an option: choose one of bf16, blockwise, "
+            r"^granularity=fp4 is not an option: choose one of bf16, blockwise, fp16, "
             r"fp8_rollout_only, rowwise, tensorwise$",
         ),
         (
@@ -231,7 +237,7 @@ def test_the_regime_sweep_is_symmetric_in_width() -> None:
         (
             ["granularity.training=fp4"],
             r"granularity.training='fp4' is not one of "
-            r"\['bf16', 'tensorwise', 'rowwise', 'blockwise'\]",
+            r"\['bf16', 'fp16', 'tensorwise', 'rowwise', 'blockwise'\]",
         ),
         (
             ["clipping.upper_rule=max"],

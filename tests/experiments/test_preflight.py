@@ -33,7 +33,7 @@ def tree(root: Path) -> list[str]:
         (["train.lrr=1"], "unknown key 'train.lrr' (did you mean 'train.lr'?)"),
         (
             ["granularity=row_wise"],
-            "granularity=row_wise is not an option: choose one of bf16, blockwise, "
+            "granularity=row_wise is not an option: choose one of bf16, blockwise, fp16, "
             "fp8_rollout_only, rowwise, tensorwise (did you mean rowwise?)",
         ),
         (["algorithm.eps_low=0.6"], "keys: algorithm.eps_low, algorithm.eps_high"),
