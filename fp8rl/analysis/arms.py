@@ -77,6 +77,10 @@ def arm_of(config: Mapping[str, Any]) -> str:
         label = f"{decl.label}{cc}"
         if rollout != decl.rollout:
             label += f" ({rollout or 'BF16'} rollout)"
+    elif training in RECIPES:  # another high-precision recipe (FP16): its own label
+        label = f"{RECIPES[training].label}{cc}"
+        if rollout is not None:
+            label += f" (FP8 {rollout} rollout)"
     else:
         label = f"{training} training{cc}"
     if _get(config, "granularity.lm_head"):

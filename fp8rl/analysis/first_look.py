@@ -28,7 +28,7 @@ from typing import Any
 
 from fp8rl.analysis.stats import Estimate, mean_ci
 from fp8rl.config import RunConfig
-from fp8rl.numerics.registry import RecipeNames
+from fp8rl.numerics.registry import RECIPES, RecipeNames
 from fp8rl.rl import summarize_shadow_steps
 from fp8rl.runs import read_step_log
 
@@ -78,7 +78,8 @@ def recipe_label(cfg: RunConfig) -> str:
     if g.training == "bf16":
         label = "BF16 / BF16" if g.rollout is None else f"FP8 {g.rollout} rollout / BF16 training"
     else:
-        label = f"{g.rollout or 'BF16'} rollout / {g.training}"
+        high = RECIPES[g.training].half.upper() if g.training in RECIPES else "BF16"
+        label = f"{g.rollout or high} rollout / {g.training}"
     if g.lm_head:
         label += ", FP8 LM head"
     if cfg.clipping.mode == "calibrated":

@@ -17,6 +17,7 @@ import pandas as pd
 
 from fp8rl.analysis.first_look import TRAINING_ORDER
 from fp8rl.config import RunConfig
+from fp8rl.numerics.registry import RECIPES
 from fp8rl.runs import read_step_log
 
 __all__ = [
@@ -53,7 +54,8 @@ def recipe_label(cfg: RunConfig) -> str:
     if g.training == "bf16":
         label = "BF16 / BF16" if g.rollout is None else f"FP8 {g.rollout} rollout / BF16 training"
     else:
-        label = f"{g.rollout or 'BF16'} rollout / {g.training}"
+        high = RECIPES[g.training].half.upper() if g.training in RECIPES else "BF16"
+        label = f"{g.rollout or high} rollout / {g.training}"
     if g.training == "blockwise" or g.rollout == "block":
         label += f" (block {g.block_size})"
     if g.lm_head:

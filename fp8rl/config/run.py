@@ -93,11 +93,18 @@ class GranularityConfig:
     """FP8 scaling, spelled out separately for training and rollout.
 
     training: the training recipe (``bf16`` = BF16, no FP8 GEMMs; the FP8 recipes keep
-        BF16 elsewhere, as TorchAO does).
+        BF16 elsewhere, as TorchAO does; ``fp16`` = IEEE FP16 instead of BF16 everywhere,
+        with dynamic loss scaling, whose settings are the recipe's declaration in
+        ``fp8rl.numerics.registry``; any registered recipe by name).
     rollout: the rollout's FP8 W8A8 weight scaling (``tensor``/``channel``/``block``,
         vLLM-style online FP8 re-quantised at every weight sync), or null for a BF16
         rollout. ``rollout_activation`` overrides the activation scaling (null: follows
-        the weights).
+        the weights). The rollout's high-precision format (all of a null rollout, and
+        everything around the FP8 GEMMs of an FP8 one) is the training recipe's: FP16
+        with ``training=fp16`` (the rollout copy and its held-out evaluation round to
+        FP16), BF16 with every other recipe. The BF16 shadow (Calibrated Clipping's
+        reference, ``fp8rl/shadow/*``, the health probe's master) is BF16 for every
+        recipe, ``fp16`` included.
     block_size: block of ``blockwise`` training and ``block`` rollout scaling; null = the
         backend's default (tiny: the 8B model's block-to-width ratio, ``mimic_block_size``).
     lm_head: quantise the LM head too (training and rollout).
@@ -137,6 +144,11 @@ class GranularityConfig:
         return self.rollout is not None or any(
             r is not None and recipe_decl(r).is_fp8 for r in (self.training, ref_recipe)
         )
+
+    @property
+    def uses_loss_scaling(self) -> bool:
+        """Whether the training recipe has FP16 gradients (dynamic loss scaling)."""
+        return recipe_decl(self.training).loss_scale is not None
 
 
 @dataclass

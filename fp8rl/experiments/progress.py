@@ -45,6 +45,7 @@ from fp8rl.experiments.grid import (
     stored_config,
 )
 from fp8rl.experiments.schema import ConfigError
+from fp8rl.numerics.registry import recipe_decl
 from fp8rl.runs import RunInfo, RunStatus, RunStore
 
 __all__ = [
@@ -92,7 +93,7 @@ def _describe(cfg: RunConfig | None) -> str:
         return "?"
     g, a = cfg.granularity, cfg.algorithm
     parts = [
-        f"{g.training}/{g.rollout or 'bf16'}",
+        f"{g.training}/{g.rollout or recipe_decl(g.training).half}",
         a.name,
         f"eps={a.eps_low}/{a.eps_high}",
         cfg.clipping.mode,

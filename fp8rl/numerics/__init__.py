@@ -5,7 +5,9 @@
 * :mod:`.scaling` — quantise / dequantise at tensorwise, rowwise and blockwise granularity.
 * :mod:`.recipes` — per-GEMM-operand format and scale rule; ``get_recipe(name)``.
 * :mod:`.registry` — one declaration per recipe (``RecipeDecl``), read by every room; no torch.
-* :mod:`.bf16` — BF16 emulation (rounding with FP32 compute) for a CPU without BF16.
+* :mod:`.bf16` — BF16 emulation (rounding with FP32 compute) for a CPU without BF16, and
+  FP16 emulation the same way (``half="fp16"``).
+* :mod:`.loss_scale` — dynamic loss scaling of FP16 training (``DynamicLossScaler``).
 * :mod:`.training` — ``apply_fp8_training(model, recipe)`` and the ``high_precision``
   (BF16 shadow) context.
 * :mod:`.rollout` — vLLM-style online FP8 rollout weights, re-quantised at every sync.
@@ -24,6 +26,9 @@ _quiet.install()  # before torchao is imported: its CUDA-only kernels cannot loa
 #: from the recipe registry before it needs torch.
 _EXPORTS: dict[str, str] = {
     "emulate_bf16": "bf16",
+    "emulate_half": "bf16",
+    "round_half": "bf16",
+    "DynamicLossScaler": "loss_scale",
     "fast_paths_enabled": "bf16",
     "reference_paths": "bf16",
     "round_bf16": "bf16",

@@ -13,7 +13,13 @@ then it is :func:`native_bf16_linear`, one GEMM on ``torch.bfloat16`` tensors. F
 are always emulated (FP8 values times FP32 scales are not BF16 values).
 
 * :class:`Bf16Linear` — BF16-emulated linear (the ``bf16`` recipe, and the LM head of FP8
-  models unless it is FP8 too).
+  models unless it is FP8 too); FP16-emulated in an FP16 model (the ``fp16`` recipe).
+
+Every precision-aware linear has a ``half_format`` (``bf16`` unless the model is emulated in
+FP16, :func:`fp8rl.numerics.bf16.emulate_half`): the format of its high-precision GEMM and
+of the rounding around its FP8 GEMMs. :func:`fp8rl.numerics.training.high_precision`
+switches it with the flag (the BF16 shadow of an FP16 model is BF16). ``native_bf16``
+applies to BF16 GEMMs only; FP16 GEMMs are always emulated.
 * :class:`EmulatedFp8Linear` — all three GEMMs with FP8-rounded operands and FP32
   accumulation, operand by operand as the recipe says (blockwise, and cross-checks of
   tensorwise/rowwise).
@@ -35,7 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchao.float8.float8_linear import Float8Linear
 
-from fp8rl.numerics.bf16 import fast_paths_enabled, mark_on_grid, round_bf16
+from fp8rl.numerics.bf16 import fast_paths_enabled, mark_on_grid, round_half
 from fp8rl.numerics.recipes import Fp8Recipe, OperandSpec
 from fp8rl.numerics.scaling import fake_quantize
 
@@ -49,6 +55,7 @@ __all__ = [
     "cached_weight",
     "drop_weight_caches",
     "emulated_fp8_linear",
+    "half_linear",
     "native_bf16_linear",
     "set_bf16_compute",
     "swap_linears",
@@ -59,10 +66,18 @@ __all__ = [
 BF16_COMPUTE = ("emulated", "native")
 
 
+def half_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, half: str = "bf16"
+) -> torch.Tensor:
+    """Half-emulated linear: ``half`` (BF16 or FP16) operands, FP32 accumulation, ``half``
+    output."""
+    b = None if bias is None else round_half(bias, half)
+    return round_half(F.linear(round_half(x, half), round_half(weight, half), b), half)
+
+
 def bf16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """BF16-emulated linear: BF16 operands, FP32 accumulation, BF16 output."""
-    b = None if bias is None else round_bf16(bias)
-    return round_bf16(F.linear(round_bf16(x), round_bf16(weight), b))
+    return half_linear(x, weight, bias, "bf16")
 
 
 def _to_bf16(t: torch.Tensor) -> torch.Tensor:
@@ -118,6 +133,7 @@ class PrecisionLinear(nn.Linear):
     high_precision: bool = False  # set per instance by the high_precision() context
     round_io: bool = True  # BF16-round input and output around the FP8 GEMM
     native_bf16: bool = False  # BF16 GEMMs on BF16 tensors (set_bf16_compute)
+    half_format: str = "bf16"  # high-precision GEMMs and the rounding around FP8 GEMMs
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.high_precision:
@@ -125,15 +141,21 @@ class PrecisionLinear(nn.Linear):
         return self.fp8_forward(x)
 
     def bf16_forward(self, x: torch.Tensor) -> torch.Tensor:
-        """:func:`bf16_linear` with the rounded weight cached while no gradient is recorded
-        (:func:`native_bf16_linear` with the BF16 weight cached, if ``native_bf16``)."""
-        if self.native_bf16:
+        """:func:`half_linear` in the layer's ``half_format`` (BF16 unless an FP16 model) with
+        the rounded weight cached while no gradient is recorded (:func:`native_bf16_linear`
+        with the BF16 weight cached, if ``native_bf16`` and BF16)."""
+        half = self.half_format
+        if self.native_bf16 and half == "bf16":
             return native_bf16_linear(
                 x, cached_weight(self, "bf16-native", self.weight, _to_bf16), self.bias
             )
-        w = cached_weight(self, "bf16", self.weight, round_bf16)
-        b = None if self.bias is None else round_bf16(self.bias)
-        return round_bf16(F.linear(round_bf16(x), w, b))
+        w = cached_weight(self, half, self.weight, lambda t: round_half(t, half))
+        b = None if self.bias is None else round_half(self.bias, half)
+        return round_half(F.linear(round_half(x, half), w, b), half)
+
+    def _round(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` rounded to the layer's half format."""
+        return round_half(x, self.half_format)
 
     def fp8_forward(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -224,7 +246,7 @@ class EmulatedFp8Linear(PrecisionLinear):
 
     def fp8_forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.round_io:
-            x = round_bf16(x)
+            x = self._round(x)
         if torch.is_grad_enabled() or not fast_paths_enabled():
             out = emulated_fp8_linear(x, self.weight, self.specs)
         else:  # _EmulatedFp8Matmul.forward with the FP8-rounded weight cached
@@ -232,8 +254,8 @@ class EmulatedFp8Linear(PrecisionLinear):
             out = _fp8_matmul(x.reshape(-1, x.shape[-1]), wq, self.specs)
             out = out.reshape(*x.shape[:-1], self.weight.shape[0])
         if self.bias is not None:
-            out = out + (round_bf16(self.bias) if self.round_io else self.bias)
-        return round_bf16(out) if self.round_io else out
+            out = out + (self._round(self.bias) if self.round_io else self.bias)
+        return self._round(out) if self.round_io else out
 
     @classmethod
     def from_linear(cls, mod: nn.Linear, recipe: Fp8Recipe) -> EmulatedFp8Linear:
@@ -249,9 +271,9 @@ class TorchAOFloat8Linear(PrecisionLinear, Float8Linear):
 
     def fp8_forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.round_io:
-            x = round_bf16(x)
+            x = self._round(x)
         out = Float8Linear.forward(self, x)
-        return round_bf16(out) if self.round_io else out
+        return self._round(out) if self.round_io else out
 
     @classmethod
     def from_linear(cls, mod: nn.Linear, recipe: Fp8Recipe) -> TorchAOFloat8Linear:

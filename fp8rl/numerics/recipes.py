@@ -23,6 +23,11 @@ confounded:
   (128 tokens of one channel); E4M3 everywhere, plain amax scales.
 * ``bf16``: no FP8; every operand (and, through :mod:`fp8rl.numerics.bf16`, every activation)
   is rounded to BF16 with FP32 compute — this CPU has no native BF16.
+* ``fp16``: ``bf16`` in the other half format (``half_format="fp16"``): IEEE FP16 rounding
+  with FP32 compute, forward and backward; its FP16 gradients need dynamic loss scaling
+  (its registry declaration's ``loss_scale``, :mod:`fp8rl.numerics.loss_scale`), and its
+  rollout copy is
+  FP16 too (arXiv 2510.26788's "FP16 instead of BF16").
 * ``fp32``: nothing is rounded; the numerical reference.
 
 Settings a recipe logs (``to_dict``) beyond the operand specs: which backend executes it,
@@ -68,7 +73,7 @@ OPERAND_SLOTS = (
     "grad_output_for_grad_weight",
     "input_for_grad_weight",
 )
-Backend = Literal["none", "bf16", "torchao", "emulated"]
+Backend = Literal["none", "bf16", "fp16", "torchao", "emulated"]
 TorchAOGemm = Literal["emulated", "scaled_mm"]
 TORCHAO_GEMMS: tuple[str, ...] = ("emulated", "scaled_mm")
 
@@ -144,10 +149,12 @@ class Fp8Recipe:
     backend: Backend
     specs: dict[str, OperandSpec] | None = None
     emulate_bf16: bool = True  # round everything around the GEMMs to BF16 (the paper's stack)
+    # (to ``half_format``: BF16, or FP16 for the ``fp16`` recipe)
     include_lm_head: bool = False  # the LM head stays BF16 unless asked (torchtitan default)
     block_size: int = 128
     fast_accum_output: bool = True  # TorchAO's output-GEMM fast accumulation (no effect on CPU)
     torchao_gemm: TorchAOGemm = "emulated"  # the GEMM TorchAO's Float8Linear calls (docstring)
+    half_format: str = "bf16"  # the format emulate_bf16 rounds to: bf16, or fp16 (``fp16``)
 
     @property
     def is_fp8(self) -> bool:
@@ -168,6 +175,7 @@ class Fp8Recipe:
             "block_size": self.block_size,
             "fast_accum_output": self.fast_accum_output,
             "torchao_gemm": self.torchao_gemm,
+            "half_format": self.half_format,
             "operands": (
                 None if self.specs is None else {k: v.to_dict() for k, v in self.specs.items()}
             ),
@@ -252,9 +260,10 @@ def get_recipe(
             name=name,
             backend=decl.backends[0],
             specs=None,
-            emulate_bf16=(decl.half == "bf16") if emulate_bf16 is None else emulate_bf16,
+            emulate_bf16=(decl.half != "fp32") if emulate_bf16 is None else emulate_bf16,
             include_lm_head=include_lm_head,
             block_size=block_size,
+            half_format="bf16" if decl.half == "fp32" else decl.half,
         )
     assert decl.grad_output_format is not None  # checked by RecipeDecl
     settings = RecipeSettings(

@@ -8,8 +8,10 @@ call (or one entry in :data:`BUILTIN` for a shipped one):
   settings a config may override: the grad-output format, power-of-two scales, the block
   size; None for a high-precision recipe; ``block_sized``: whether its groups follow
   ``granularity.block_size``), the element format of the values around those
-  GEMMs (``half``: ``bf16`` or ``fp32`` today), the execution backends that can run it
-  (``backends``, the first is the default) and why the others cannot (``refusals``);
+  GEMMs and of the rollout copy (``half``: ``bf16``, ``fp16`` or ``fp32``), its dynamic loss
+  scaling (``loss_scale``: FP16 gradients need it; None elsewhere), the execution
+  backends that can run it (``backends``, the first is the default) and why the others
+  cannot (``refusals``);
 * **pairing** — its default rollout weight scaling (``rollout``; None = a rollout in the
   recipe's own high precision), as the paper's Table 2 pairs them;
 * **presentation** — its label (``Tensorwise FP8``), the plot family, colour and marker;
@@ -41,6 +43,7 @@ from fp8rl.numerics.recipes import OPERAND_SLOTS, OperandSpec
 __all__ = [
     "BUILTIN",
     "RECIPES",
+    "LossScaleSpec",
     "RecipeDecl",
     "RecipeNames",
     "RecipeSettings",
@@ -50,7 +53,7 @@ __all__ = [
     "unregister_recipe",
 ]
 
-Backend = Literal["none", "bf16", "torchao", "emulated"]
+Backend = Literal["none", "bf16", "fp16", "torchao", "emulated"]
 Kind = Literal["reference", "high", "fp8"]
 
 
@@ -67,6 +70,21 @@ OperandBuilder = Callable[[RecipeSettings], dict[str, OperandSpec]]
 
 
 @dataclass(frozen=True)
+class LossScaleSpec:
+    """Dynamic loss scaling of a recipe with FP16 gradients
+    (``fp8rl.numerics.loss_scale.DynamicLossScaler``'s arguments; torch.amp.GradScaler's
+    defaults): the initial scale, x ``growth_factor`` after ``growth_interval``
+    consecutive finite optimiser steps, x ``backoff_factor`` and the step skipped on an inf
+    or NaN gradient, an error below ``min_scale``. A variant is another registered recipe."""
+
+    init_scale: float = 2.0**16
+    growth_interval: int = 2000
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    min_scale: float = 1.0
+
+
+@dataclass(frozen=True)
 class RecipeDecl:
     """One precision recipe, declared once (module docstring)."""
 
@@ -78,6 +96,7 @@ class RecipeDecl:
     grad_output_format: ElementFormat | None = None
     pow2_scales: bool = False
     half: str = "bf16"
+    loss_scale: LossScaleSpec | None = None
     rollout: str | None = None
     block_sized: bool = False
     refusals: dict[str, str] = field(default_factory=dict)
@@ -95,6 +114,8 @@ class RecipeDecl:
             raise ValueError(f"a recipe name is lower-case letters, digits and _: {self.name!r}")
         if not self.backends:
             raise ValueError(f"recipe {self.name!r} names no backend")
+        if self.half not in ("bf16", "fp16", "fp32"):
+            raise ValueError(f"recipe {self.name!r}: half is bf16, fp16 or fp32, not {self.half!r}")
         if (self.kind == "fp8") != (self.operands is not None):
             raise ValueError(f"recipe {self.name!r}: operand specs exactly when kind='fp8'")
         if self.kind == "fp8" and self.grad_output_format is None:
@@ -283,6 +304,21 @@ BUILTIN: tuple[RecipeDecl, ...] = (
         gpu_speedup=1.15,
         verl="blockwise",
         doc="DeepSeek-V3 blockwise: 1 x b activations, b x b weight tiles",
+    ),
+    RecipeDecl(
+        name="fp16",
+        kind="high",
+        label="FP16",
+        backends=("fp16",),
+        half="fp16",
+        loss_scale=LossScaleSpec(),
+        color="#CC79A7",
+        marker="v",
+        verl_refusal=(
+            "fp8rl's verl translation has no FP16 path (it would need FSDP's param_dtype=float16 "
+            "with a loss scaler and vLLM's dtype=float16); run it on the tiny backend"
+        ),
+        doc="IEEE FP16 rounding with FP32 compute, training and rollout, dynamic loss scaling",
     ),
     # the MX element formats, a dose series of quantisation noise (emulated; BF16 rollout)
     _mx_decl("mxfp8", "MXFP8", ElementFormat.E4M3, "#E69F00", "P"),

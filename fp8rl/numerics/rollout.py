@@ -10,6 +10,11 @@ tensor, per token or per 1x128 group at every call. Everything around the GEMMs 
 re-quantises the master weights into it in place (no reallocation), which is what a
 trainer calls after each optimiser step that the rollout should see. The master weights
 are first rounded to BF16, as the engine receives BF16 weights.
+
+The rollout's half format (everything that is not an FP8 GEMM, and the weights it receives)
+is the training model's: BF16, or FP16 when the master is emulated in FP16 (the ``fp16``
+recipe: an FP16 rollout engine, its held-out evaluation included). ``half=`` of
+:func:`make_rollout_model` overrides it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from fp8rl.numerics.bf16 import emulate_bf16, round_bf16
+from fp8rl.numerics.bf16 import emulate_half, emulated_half, round_half
 from fp8rl.numerics.formats import Fp8Format
 from fp8rl.numerics.linears import Bf16Linear, PrecisionLinear, set_bf16_compute, swap_linears
 from fp8rl.numerics.scaling import Block, fake_quantize
@@ -79,9 +84,12 @@ class RolloutQuantConfig:
         return d
 
 
-def quantize_rollout_weight(weight: torch.Tensor, cfg: RolloutQuantConfig) -> torch.Tensor:
-    """The FP8 value of every weight as the rollout engine holds it (BF16 first, then FP8)."""
-    return fake_quantize(round_bf16(weight.detach()), cfg.fmt, cfg.weight_block())
+def quantize_rollout_weight(
+    weight: torch.Tensor, cfg: RolloutQuantConfig, half: str = "bf16"
+) -> torch.Tensor:
+    """The FP8 value of every weight as the rollout engine holds it (BF16, or the engine's
+    ``half`` format, first; then FP8)."""
+    return fake_quantize(round_half(weight.detach(), half), cfg.fmt, cfg.weight_block())
 
 
 class Fp8RolloutLinear(PrecisionLinear):
@@ -92,16 +100,17 @@ class Fp8RolloutLinear(PrecisionLinear):
         self.cfg = cfg
 
     def quantize_input(self, x: torch.Tensor) -> torch.Tensor:
-        """The activation as the W8A8 GEMM sees it: BF16, then FP8 with dynamic scales."""
+        """The activation as the W8A8 GEMM sees it: BF16 (the engine's half format), then
+        FP8 with dynamic scales."""
         return fake_quantize(
-            round_bf16(x), self.cfg.fmt, self.cfg.activation_block(), partial="pad"
+            self._round(x), self.cfg.fmt, self.cfg.activation_block(), partial="pad"
         )
 
     def fp8_forward(self, x: torch.Tensor) -> torch.Tensor:
         out = torch.nn.functional.linear(self.quantize_input(x), self.weight)
         if self.bias is not None:
-            out = out + round_bf16(self.bias)
-        return round_bf16(out)
+            out = out + self._round(self.bias)
+        return self._round(out)
 
     def extra_repr(self) -> str:
         c = self.cfg
@@ -123,7 +132,11 @@ def _check_shapes(model: nn.Module, cfg: RolloutQuantConfig, names: list[str]) -
 
 
 def make_rollout_model(
-    master: nn.Module, cfg: RolloutQuantConfig | None, *, bf16_compute: str = "emulated"
+    master: nn.Module,
+    cfg: RolloutQuantConfig | None,
+    *,
+    bf16_compute: str = "emulated",
+    half: str | None = None,
 ) -> nn.Module:
     """A sampling copy of ``master``: BF16 everywhere, FP8 W8A8 linears if ``cfg`` is given.
 
@@ -131,7 +144,10 @@ def make_rollout_model(
     :func:`sync_rollout_weights` after each weight update. ``bf16_compute``: its BF16
     linears' GEMMs ``emulated`` or ``native``
     (:func:`~fp8rl.numerics.linears.set_bf16_compute`; the FP8 GEMMs stay emulated).
+    ``half``: the engine's half format in place of BF16 (null: the master's,
+    :func:`~fp8rl.numerics.bf16.emulated_half`; BF16 for a master that is not emulated).
     """
+    half = half or emulated_half(master) or "bf16"
     rollout = copy.deepcopy(master).eval()
     for p in rollout.parameters():
         p.requires_grad_(False)
@@ -153,7 +169,7 @@ def make_rollout_model(
         return Bf16Linear._adopt(mod)
 
     swap_linears(rollout, factory, lambda n, m: True)
-    emulate_bf16(rollout)
+    emulate_half(rollout, half)
     set_bf16_compute(rollout, bf16_compute)
     sync_rollout_weights(rollout, master)
     return rollout
@@ -162,7 +178,9 @@ def make_rollout_model(
 @torch.no_grad()
 def sync_rollout_weights(rollout: nn.Module, master: nn.Module) -> None:
     """Copy ``master``'s weights into ``rollout``: FP8-quantised for its FP8 linears,
-    BF16-rounded for every other parameter. Names must match (same architecture)."""
+    BF16-rounded (the rollout's half format) for every other parameter. Names must match
+    (same architecture)."""
+    half = emulated_half(rollout) or "bf16"
     master_params = dict(master.named_parameters())
     fp8_weights = {
         f"{n}.weight": m for n, m in rollout.named_modules() if isinstance(m, Fp8RolloutLinear)
@@ -172,6 +190,6 @@ def sync_rollout_weights(rollout: nn.Module, master: nn.Module) -> None:
             raise KeyError(f"rollout parameter {name!r} has no counterpart in the master model")
         src = master_params[name]
         if name in fp8_weights:
-            p.copy_(quantize_rollout_weight(src, fp8_weights[name].cfg))
+            p.copy_(quantize_rollout_weight(src, fp8_weights[name].cfg, half))
         else:
-            p.copy_(round_bf16(src.detach()))
+            p.copy_(round_half(src.detach(), half))

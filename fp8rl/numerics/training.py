@@ -6,6 +6,9 @@ loop untouched. One function serves every recipe name, so precision is a config 
 
 * ``fp32`` — nothing changes;
 * ``bf16`` — BF16 emulation (:func:`fp8rl.numerics.bf16.emulate_bf16`);
+* ``fp16`` — FP16 emulation (:func:`fp8rl.numerics.bf16.emulate_half` with ``fp16``): the
+  same roundings in IEEE FP16, gradients included (train it with a loss scaler,
+  :mod:`fp8rl.numerics.loss_scale`);
 * ``tensorwise`` / ``rowwise`` — BF16 emulation, then TorchAO ``Float8Linear`` layers
   (:class:`~fp8rl.numerics.linears.TorchAOFloat8Linear`) built from the recipe's
   ``Float8LinearConfig``;
@@ -24,6 +27,10 @@ anything is swapped, so a model a recipe cannot take fails with the layer's name
 ``bf16_compute="native"`` makes the BF16 GEMMs of the converted linears (the ``bf16``
 recipe's, a BF16 LM head's, the shadow forward's) native BF16 GEMMs instead of emulated
 ones (:func:`~fp8rl.numerics.linears.set_bf16_compute`).
+
+The shadow (:func:`high_precision`) is BF16 whatever the training recipe: for ``fp16``, the
+whole model (hooks and linears) computes in BF16 inside the block, so Calibrated Clipping's
+reference stays BF16 unless a caller names another format.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
-from fp8rl.numerics.bf16 import emulate_bf16
+from fp8rl.numerics.bf16 import emulate_half, restore_half, set_half
 from fp8rl.numerics.linears import (
     Bf16Linear,
     EmulatedFp8Linear,
@@ -120,7 +127,7 @@ def apply_fp8_training(
         for name, mod in chosen:  # validate everything before changing anything
             check_linear_shape(mod.in_features, mod.out_features, recipe, name)
     if recipe.emulate_bf16:
-        emulate_bf16(model)
+        emulate_half(model, recipe.half_format)
     if not recipe.is_fp8:
         return set_bf16_compute(model, bf16_compute)
 
@@ -142,6 +149,8 @@ def apply_fp8_training(
             return EmulatedFp8Linear.from_linear(mod, recipe)
 
     swapped = swap_linears(model, factory, module_filter)
+    if recipe.emulate_bf16:  # the new FP8 linears round around their GEMMs in the model's format
+        set_half(model, recipe.half_format)
     set_bf16_compute(model, bf16_compute)
     log.info("FP8 training %s (%s): %d linears", recipe.name, recipe.backend, len(swapped))
     model._fp8rl_recipe = recipe.to_dict()  # type: ignore[assignment]
@@ -158,19 +167,23 @@ def fp8_linear_names(model: nn.Module) -> list[str]:
 
 
 @contextlib.contextmanager
-def high_precision(model: nn.Module) -> Iterator[nn.Module]:
-    """Run ``model``'s precision-aware linears in BF16 inside the block (emulated, or
-    native where :func:`~fp8rl.numerics.linears.set_bf16_compute` made them native).
+def high_precision(model: nn.Module, half: str = "bf16") -> Iterator[nn.Module]:
+    """Run ``model``'s precision-aware linears in ``half`` (BF16: the shadow) inside the
+    block (emulated, or native BF16 where :func:`~fp8rl.numerics.linears.set_bf16_compute`
+    made them native), and an emulated model's other roundings in ``half`` too (an FP16
+    model's BF16 shadow is a BF16 model; for a BF16 or FP8 model they are BF16 already).
 
     The same parameters are used (nothing is copied); on exit every layer is back in the
     precision it had, also if the block raises. Nested use is allowed.
     """
     layers = [m for m in model.modules() if isinstance(m, PrecisionLinear)]
     before = [m.high_precision for m in layers]
+    halves = set_half(model, half)
     try:
         for m in layers:
             m.high_precision = True
         yield model
     finally:
+        restore_half(halves)
         for m, b in zip(layers, before, strict=True):
             m.high_precision = b

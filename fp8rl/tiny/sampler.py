@@ -8,8 +8,8 @@ its rounding hooks, the FP8 W8A8 rollout linears of :func:`fp8rl.numerics.make_r
 applies unchanged; only leaves whose forward is known run as equivalent plain ops (fused
 GEMMs for q/k/v and gate/up, see :func:`_linears_fn`). The glue is the composites: RoPE,
 attention over a preallocated KV cache, the MLP product, residual sums. Where an emulated
-model's hooks would BF16-round a composite's output (attention block, MLP, decoder layer),
-the glue rounds at the same points. See docs/tiny_backend.md.
+model's hooks would BF16-round (FP16-round, in an FP16 model) a composite's output
+(attention block, MLP, decoder layer), the glue rounds at the same points. See docs/tiny_backend.md.
 
 Layout: prompts are left-padded to the longest prompt ``P``; KV-cache slot ``s`` of row
 ``b`` holds position ``s - (P - len_b)``, so every row sees exactly the positions it would
@@ -39,7 +39,7 @@ from torch import nn
 from transformers.activations import SiLUActivation
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
-from fp8rl.numerics.bf16 import is_bf16_emulated, round_bf16
+from fp8rl.numerics.bf16 import emulated_half, round_half
 from fp8rl.numerics.linears import Bf16Linear, native_bf16_linear
 from fp8rl.numerics.rollout import Fp8RolloutLinear
 
@@ -112,7 +112,7 @@ def _act_fn(act: nn.Module, fast: bool) -> Fn:
 def _linears_fn(lins: list[nn.Module], fast: bool) -> Fn:
     """Linears reading the same input (q/k/v, gate/up) as one map to their concatenated
     outputs: one GEMM over the concatenated weights where their forward is known and fusing
-    changes no value — stock FP32; the numerics layer's BF16 linears (weights rounded once
+    changes no value — stock FP32; the numerics layer's BF16 (or FP16) linears (weights rounded once
     here instead of at every call; native ones: one native BF16 GEMM over the BF16 weights,
     the same dot products as each layer's own GEMM); its FP8 rollout linears
     with one config (the input is quantised once, exactly as each layer would) — else a
@@ -121,16 +121,19 @@ def _linears_fn(lins: list[nn.Module], fast: bool) -> Fn:
     if known and all(_exactly(m, nn.Linear) for m in lins):
         weight = torch.cat([m.weight for m in lins])
         return lambda x: F.linear(x, weight)
+    half = getattr(lins[0], "half_format", None)  # fused only within one half format
+    known = known and all(getattr(m, "half_format", None) == half for m in lins)
     if known and all(
         _exactly(m, Bf16Linear) or (_exactly(m, Fp8RolloutLinear) and m.high_precision)
         for m in lins
     ):
-        if all(m.native_bf16 for m in lins):
+        native = [m.native_bf16 and half == "bf16" for m in lins]  # FP16 GEMMs: emulated
+        if all(native):
             weight = torch.cat([m.weight for m in lins]).to(torch.bfloat16)
             return lambda x: native_bf16_linear(x, weight, None)
-        if not any(m.native_bf16 for m in lins):
-            weight = torch.cat([round_bf16(m.weight) for m in lins])
-            return lambda x: round_bf16(F.linear(round_bf16(x), weight))
+        if not any(native):
+            weight = torch.cat([round_half(m.weight, half) for m in lins])
+            return lambda x: round_half(F.linear(round_half(x, half), weight), half)
     if (
         known
         and all(_exactly(m, Fp8RolloutLinear) and not m.high_precision for m in lins)
@@ -139,7 +142,7 @@ def _linears_fn(lins: list[nn.Module], fast: bool) -> Fn:
         # Fp8RolloutLinear.fp8_forward on the concatenated (already FP8-valued) weights,
         # the shared input quantised once with the layers' own rule
         weight, quantize = torch.cat([m.weight for m in lins]), lins[0].quantize_input
-        return lambda x: round_bf16(F.linear(quantize(x), weight))
+        return lambda x: round_half(F.linear(quantize(x), weight), half)
     return lambda x: torch.cat([m(x) for m in lins], -1)
 
 
@@ -209,7 +212,8 @@ class _Qwen3Glue:
         self.num_heads = H = int(cfg.num_attention_heads)
         self.num_kv_heads = KVH = int(cfg.num_key_value_heads)
         self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // H)
-        self.round = round_bf16 if is_bf16_emulated(model) else None
+        half = emulated_half(model)
+        self.round = None if half is None else (lambda x: round_half(x, half))
         fast = not _global_hooks()
         self.embed = inner.embed_tokens
         self.final_norm = _norm_fn(inner.norm, fast)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import logging
 import random
@@ -63,6 +64,8 @@ from fp8rl.numerics import (
     sync_rollout_weights,
     weight_fp8_stats,
 )
+from fp8rl.numerics.loss_scale import DynamicLossScaler
+from fp8rl.numerics.registry import recipe_decl
 from fp8rl.rewards import is_well_formed
 from fp8rl.rl import (
     ActorLossConfig,
@@ -157,6 +160,7 @@ class Trainer:
     start: int  # first step to train (> 1 after a resume)
     last_eval: dict[str, float] = field(default_factory=dict)
     export_hf: bool = False  # an HF checkpoint of the master weights at every eval step
+    loss_scaler: DynamicLossScaler | None = None  # FP16 training's (granularity.training=fp16)
 
     def evaluate(self, step: int) -> dict[str, float]:
         model = self.rollout_model if self.cfg.eval.precision == "rollout" else self.model
@@ -205,6 +209,11 @@ def set_up(cfg: RunConfig, run: Run, cache_dir: str | Path | None) -> Trainer:
     for name, obj in (("model", model), ("optimizer", optimizer), ("calibrator", calibrator)):
         state.register(name, obj)
     state.register("rng", RngStreams())
+    scaler = None
+    loss_scale = recipe_decl(cfg.granularity.training).loss_scale
+    if loss_scale is not None:  # FP16 gradients: the recipe's dynamic loss scaling
+        scaler = DynamicLossScaler(**dataclasses.asdict(loss_scale))
+        state.register("loss_scaler", scaler)
     start = 1
     if run.resume_checkpoint is not None:  # resume, or a repair from an earlier step
         checkpoint = run.load_checkpoint()
@@ -224,7 +233,7 @@ def set_up(cfg: RunConfig, run: Run, cache_dir: str | Path | None) -> Trainer:
     )
     return Trainer(
         cfg, run, base.tokenizer, model, ref_model, rollout_model, sampler, optimizer,
-        calibrator, state, probe, start,
+        calibrator, state, probe, start, loss_scaler=scaler,
     )  # fmt: skip
 
 
@@ -405,12 +414,23 @@ def update(
 
 
 def _optimizer_step(tr: Trainer, loss: torch.Tensor, step: int) -> float:
+    """Backward, clip, step; with a loss scaler (FP16) the loss is scaled and the gradients
+    unscaled before clipping, and a step with a non-finite gradient is skipped (verl's way:
+    its non-finite ``actor/grad_norm`` is logged) while the scaler halves its scale."""
     tr.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    scaler = tr.loss_scaler
+    (loss if scaler is None else scaler.scale(loss)).backward()
+    if scaler is not None and not scaler.unscale_and_update(tr.model.parameters()):
+        grads = [p.grad for p in tr.model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads)
+        tr.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
     grad_norm = torch.nn.utils.clip_grad_norm_(tr.model.parameters(), tr.cfg.train.grad_clip)
     if not torch.isfinite(grad_norm):
         raise FloatingPointError(f"step {step}: non-finite grad norm {grad_norm}")
     tr.optimizer.step()
+    if scaler is not None:
+        scaler.update(found_inf=False)
     return float(grad_norm)
 
 
@@ -538,6 +558,7 @@ def step_metrics(tr: Trainer, rec: StepRecord) -> dict[str, float]:
         **rec.health,
         **weight_fp8_stats(tr.model),
         **rec.old.activation_stats,
+        **(tr.loss_scaler.pop_metrics() if tr.loss_scaler is not None else {}),
     }
 
 

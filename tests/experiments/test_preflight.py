@@ -33,7 +33,7 @@ def tree(root: Path) -> list[str]:
         (["train.lrr=1"], "unknown key 'train.lrr' (did you mean 'train.lr'?)"),
         (
             ["granularity=row_wise"],
-            "granularity=row_wise is not an option: choose one of bf16, blockwise, "
+            "granularity=row_wise is not an option: choose one of bf16, blockwise, fp16, "
             "fp8_rollout_only, mxfp4, mxfp6_e2m3, mxfp6_e3m2, mxfp8, rowwise, tensorwise "
             "(did you mean rowwise?)",
         ),

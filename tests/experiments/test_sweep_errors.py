@@ -47,7 +47,8 @@ def tree(root: Path) -> dict[str, bytes]:
         (
             ["granularity=row_wise"],
             "sweep.py: config error: granularity=row_wise is not an option: choose one of bf16, "
-            "blockwise, fp8_rollout_only, rowwise, tensorwise (did you mean rowwise?)",
+            "blockwise, fp16, fp8_rollout_only, mxfp4, mxfp6_e2m3, mxfp6_e3m2, mxfp8, rowwise, "
+            "tensorwise (did you mean rowwise?)",
             0,
         ),
         (["seed=abc"], "could not be converted to Integer", 1),

@@ -20,6 +20,7 @@ from quick_runs import quick
 RECIPES = {
     "bf16": {"granularity.training": "bf16"},
     "bf16 + FP8 rollout": {"granularity.training": "bf16", "granularity.rollout": "tensor"},
+    "fp16 + shadow": {"granularity.training": "fp16", "train.shadow_every": 1},
     "blockwise + calibrated": {
         "granularity.training": "blockwise",
         "granularity.rollout": "block",

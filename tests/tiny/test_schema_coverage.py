@@ -37,11 +37,12 @@ DERIVED = {
     "nominal_bounds",
     "uses_blocks",
     "uses_fp8",
+    "uses_loss_scaling",
 }
 #: One step with every feature on: FP8 blockwise training and rollout with group
 #: activations and the LM head, DAPO with dynamic sampling and overlong shaping, a KL term
 #: with its own reference precision, explicit TIS, Calibrated Clipping with every knob,
-#: shadow steps, evaluation, sample dumps.
+#: shadow steps, evaluation, sample dumps. (And an FP16 run for the loss scaler's keys.)
 EVERYTHING = {
     "steps": 1,
     "granularity.training": "blockwise",

@@ -193,6 +193,8 @@ def test_extra_overrides_are_appended_and_may_not_set_a_key_of_ours(composer) ->
         (["cluster.gpus_per_node=3"], r"cluster.rollout_tp=2 does not divide cluster.gpus_per_n"),
         (["cluster.nnodes=3"], r"does not split over the 24 GPUs"),
         (["max_steps_this_call=1"], r"max_steps_this_call is the tiny backend's"),
+        (["granularity=fp16"], r"granularity.training=fp16: the verl backend cannot run this"),
+        (["algorithm.kl_coef=0.1", "algorithm.ref_recipe=fp16"], r"algorithm.ref_recipe=fp16"),
     ],
 )
 def test_what_verl_cannot_run_is_refused_when_resolved(composer, overrides, message) -> None:
