@@ -58,11 +58,6 @@ UNUSED: dict[str, str] = {
     "eval.batch_size": "vLLM schedules the validation batch itself",
     "train.probe_size": "the tiny trainer's health probe; verl has none",
     "probe_rounds": "the tiny backend's noise probe (task=noise_probe); verl runs task=train",
-    **{
-        f"train.loss_scale_{k}": "FP16 loss scaling: granularity.training=fp16 runs on the tiny "
-        "backend only (validate refuses it here)"
-        for k in ("init", "growth_interval")
-    },
     **{key: _TINY_SFT for key in leaf_fields() if key.startswith("model.sft.")},
 }
 
