@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from fp8rl.numerics.registry import RECIPES
 from fp8rl.runs import CorruptLogError, RunStatus, RunStore, RunStoreError, read_step_log
 
 __all__ = [
@@ -284,7 +285,9 @@ def _recipe(r: RunReport) -> str:
     parts = []
     for key, value in r.recipe.items():
         if key == "granularity.rollout" and value is None:
-            value = "null (BF16 rollout)"
+            decl = RECIPES.get(str(r.recipe.get("granularity.training")))
+            half = "bf16" if decl is None or decl.half == "fp32" else decl.half
+            value = f"null ({half.upper()} rollout)"
         parts.append(f"{key}={value}")
     return "Recipe: " + ", ".join(parts)
 
