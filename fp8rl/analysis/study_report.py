@@ -15,6 +15,9 @@ its files; :func:`study_lines` is its section of the report's README. Files::
     <out>/protocol.md           the protocol-precedes-runs check
     <out>/power.md              each accuracy claim's observed SD of paired differences
                                 beside the protocol's assumed SD, and what each could detect
+    <out>/posthoc.md            the accuracy claims re-read with Holm's correction, TOST and
+                                excluded ranges (a post-hoc re-analysis, labelled so)
+    <out>/hardware.md           per seed: CPU models, commits, runs from uncommitted trees
 
 **Protocol check** (:func:`protocol_check`): the caller reads the commit that first added
 the protocol file (``git log --diff-filter=A --format='%H %cI' -- <path>``; the scripts in
@@ -48,8 +51,14 @@ from fp8rl.analysis.study import (
     study_arms,
     study_table,
 )
-from fp8rl.analysis.tables import PAPERS, final_scores, format_delta, markdown_table
-from fp8rl.analysis.verdicts import Verdict, verdicts_markdown
+from fp8rl.analysis.tables import PAPERS, final_scores, format_delta, markdown_table, table2
+from fp8rl.analysis.verdicts import (
+    PosthocVerdict,
+    Verdict,
+    posthoc_markdown,
+    posthoc_verdicts,
+    verdicts_markdown,
+)
 from fp8rl.runs import RunStore, atomic_write_text
 
 __all__ = [
@@ -138,6 +147,43 @@ def run_starts(source: RunStore | Path | str, experiment: str) -> pd.DataFrame:
             git = attempt.get("git") or {}
             rows.append((info.run_id, attempt.get("started_at"), git.get("commit")))
     return pd.DataFrame(rows, columns=["run_id", "started_at", "commit"])
+
+
+def code_and_hardware(source: RunStore | Path | str, experiment: str) -> pd.DataFrame:
+    """Where and from what code each current run of ``experiment`` ran, per seed, from the
+    runs' ``provenance.json`` (its latest attempt): the CPU models, the commits, how many
+    runs came from an uncommitted tree (``dirty``; known by a hash of their diff only before
+    runs stored the diff itself) and the runs counted."""
+    store = as_store(source)
+    rows = []
+    for info in store.list_runs(experiment):
+        if info.stale or not info.provenance:
+            continue
+        prov = info.provenance
+        git, hw = prov.get("git") or {}, prov.get("hardware") or {}
+        seed = (prov.get("seeds") or {}).get("seed", info.config.get("seed"))
+        rows.append((seed, hw.get("cpu_model") or "?", (git.get("commit") or "?")[:7],
+                     bool(git.get("dirty"))))  # fmt: skip
+    frame = pd.DataFrame(rows, columns=["seed", "cpu", "commit", "dirty"])
+    if frame.empty:
+        return pd.DataFrame(columns=["seed", "cpu", "commits", "runs", "dirty"])
+    return (
+        frame.groupby("seed", sort=True)
+        .agg(
+            cpu=("cpu", lambda s: ", ".join(sorted(set(s)))),
+            commits=("commit", lambda s: ", ".join(sorted(set(s)))),
+            runs=("commit", "size"),
+            dirty=("dirty", "sum"),
+        )
+        .reset_index()
+    )
+
+
+def _hardware_markdown(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "no provenance recorded"
+    rows = frame.rename(columns={"cpu": "CPU", "dirty": "from an uncommitted tree"})
+    return markdown_table(rows.astype({"runs": int, "from an uncommitted tree": int}))
 
 
 def protocol_check(
@@ -229,6 +275,8 @@ class Study:
     items: str
     spec: StudySpec
     power: pd.DataFrame  # :func:`fp8rl.analysis.power.power_frame` of the accuracy claims
+    posthoc: list[PosthocVerdict]  # the accuracy claims re-read with Holm (not pre-registered)
+    hardware: pd.DataFrame  # :func:`code_and_hardware`
 
     def interim_note(self) -> str:
         """A warning when some arm has fewer finished seeds than the protocol's (else "")."""
@@ -278,6 +326,8 @@ def build_study(
         items=", ".join(sorted(set(ok["items"]))) if "items" in ok else "",
         spec=spec,
         power=power_frame(accuracy, PAPERS[paper][0], assumed_sd=spec.assumed_sd, power=spec.power),
+        posthoc=posthoc_verdicts(table2(runs, evals), list(accuracy)) if paper == "table2" else [],
+        hardware=code_and_hardware(source, experiment),
     )
 
 
@@ -308,6 +358,25 @@ def write_study_files(out: Path, study: Study) -> None:
     atomic_write_text(out / "run_time.md", _times_markdown(study.times) + "\n")
     atomic_write_text(out / "protocol.md", study.protocol.text + "\n")
     atomic_write_text(out / "power.md", _power_text(study) + "\n")
+    atomic_write_text(out / "posthoc.md", _posthoc_text(study) + "\n")
+    atomic_write_text(out / "hardware.md", _hardware_markdown(study.hardware) + "\n")
+
+
+def _posthoc_text(study: Study) -> str:
+    if not study.posthoc:
+        return "no accuracy claims to re-read"
+    return (
+        "**A post-hoc re-analysis, not pre-registered** (issue 33, 2026-12-03): the same "
+        "accuracy claims and the same runs, read with family-wise error control — Holm's "
+        "correction over the table's claims at family-wise alpha 0.05, one-sided paired "
+        "t-tests in each claim's direction, the margin claim as equivalence by two one-sided "
+        'tests within ±2 points (the protocol\'s margin), and a "not shown" stated as the '
+        "range its simultaneous (Bonferroni) interval excludes instead of a power statement. "
+        "The pre-registered verdicts stand as the study's result; this table is a stricter "
+        "reading beside them. The control rows apply the equivalence test to the plain FP8 "
+        "arms: a margin every arm passes cannot tell a fix from no fix "
+        "(`fp8rl.analysis.verdicts.posthoc_verdicts`).\n\n" + posthoc_markdown(study.posthoc)
+    )
 
 
 def _power_text(study: Study) -> str:
@@ -361,6 +430,19 @@ def study_lines(study: Study) -> list[str]:
         "## Power: the spread the protocol assumed and the spread observed",
         "",
         _power_text(study),
+        "",
+        "## Post-hoc re-analysis of the accuracy claims (not pre-registered)",
+        "",
+        _posthoc_text(study),
+        "",
+        "## Hardware and code of the runs",
+        "",
+        "Per seed, from the runs' `provenance.json`: the CPU model, the commits and the runs "
+        "started from an uncommitted tree (known by a hash of their diff only). Pairing by "
+        "seed keeps each paired difference on one CPU; CPUs differ between seeds (their FP32 "
+        "kernels differ, so one base scores differently on each).",
+        "",
+        _hardware_markdown(study.hardware),
         "",
         "## Run time per arm",
         "",

@@ -27,11 +27,20 @@ level or margin, and passes them here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pandas as pd
 
-from fp8rl.analysis.stats import Estimate, paired_difference
+from fp8rl.analysis.stats import (
+    Estimate,
+    excluded_range,
+    holm,
+    mean_ci,
+    paired_difference,
+    t_test,
+    tost,
+)
 from fp8rl.analysis.tables import Table2, format_delta, markdown_table
 
 __all__ = ["VERDICTS", "VERDICT_RULES", "Verdict", "dapo_verdicts", "decide", "table2_verdicts"]
@@ -47,6 +56,7 @@ class Verdict:
     verdict: str
     rule: str
     threshold: float = 0.0  # the value the interval must clear ([0, 1] units)
+    sign: int = 0  # the claimed direction of the difference (+1 above, -1 below; 0 unsaid)
 
 
 def decide(d: Estimate, sign: int, threshold: float = 0.0) -> str:
@@ -100,7 +110,8 @@ def _decide_claims(table: Table2, claims: list[Claim], level: float) -> list[Ver
         side = "below" if sign < 0 else "above"
         at = "0" if threshold == 0 else f"{100 * threshold:.0f} points"
         verdict = decide(d, sign, threshold)
-        out.append(Verdict(claim, f"{a} - {b}", d, verdict, f"{ci} {side} {at}", threshold))
+        rule = f"{ci} {side} {at}"
+        out.append(Verdict(claim, f"{a} - {b}", d, verdict, rule, threshold, sign))
     return out
 
 
@@ -154,3 +165,150 @@ def verdicts_markdown(verdicts: list[Verdict], digits: int = 1) -> str:
 
 
 __all__ += ["verdicts_markdown"]
+
+
+# ---- a post-hoc re-analysis with family-wise error control (issue 33; not pre-registered)
+
+
+@dataclass(frozen=True)
+class PosthocVerdict:
+    """One claim re-read with family-wise error control (:func:`posthoc_verdicts`).
+
+    ``p``: the one-sided paired t-test's p-value in the claim's direction (TOST's p for an
+    equivalence claim); ``p_holm``: Holm-adjusted over the table's claims; ``simultaneous``:
+    the Bonferroni interval at level ``1 - alpha / m`` (what "not shown" says it excludes);
+    ``preregistered``: the verdict of the pre-registered rule, kept beside."""
+
+    claim: str
+    comparison: str
+    estimate: Estimate
+    simultaneous: Estimate
+    p: float
+    p_holm: float
+    verdict: str
+    rule: str
+    preregistered: str
+
+
+#: Post-hoc verdicts: ``shown`` (Holm-adjusted p <= alpha in the claimed direction),
+#: ``opposite shown`` (the same in the other direction), ``not shown`` (with the range the
+#: simultaneous interval excludes), ``undecided`` (fewer than two paired seeds).
+POSTHOC_VERDICTS = ("shown", "opposite shown", "not shown", "undecided")
+
+
+def _one_sided(values: list[float], sign: int, threshold: float) -> tuple[float, float]:
+    test = t_test(values, null=threshold)
+    return test.p(sign), test.p(-sign)
+
+
+def posthoc_verdicts(
+    table: Table2,
+    preregistered: list[Verdict],
+    *,
+    alpha: float = 0.05,
+    margin: float = 0.02,
+    controls: tuple[str, ...] = ("Tensorwise FP8", "Rowwise FP8", "Blockwise FP8"),
+) -> list[PosthocVerdict]:
+    """The pre-registered claims (``preregistered``, from :func:`table2_verdicts`) re-read
+    with Holm's correction over all of them, at family-wise level ``alpha``:
+
+    * a directional claim is **shown** when its one-sided paired t-test in the claimed
+      direction survives Holm, **opposite shown** when the test in the other direction
+      survives Holm over the family of opposite tests, else **not shown**, stated as the
+      range its simultaneous (Bonferroni) interval excludes;
+    * the margin claim ("matches BF16 within ``margin``") becomes equivalence by two
+      one-sided tests within ``±margin`` (TOST), in the same Holm family; the same test is
+      applied to each plain FP8 arm of ``controls`` as a discrimination check (a margin rule
+      that every arm passes cannot tell a fix from no fix), outside the family.
+    """
+    rows: list[tuple[Verdict, list[float], int, float, bool]] = []
+    for v in preregistered:
+        a, b = v.comparison.split(" - ")
+        per_a, per_b = table.per_seed(a), table.per_seed(b)
+        diffs = [per_a[k] - per_b[k] for k in per_a if k in per_b]
+        equivalence = v.threshold < 0
+        rows.append((v, diffs, v.sign, v.threshold, equivalence))
+    p_claim, p_other = [], []
+    for _v, diffs, sign, threshold, equivalence in rows:
+        if len(diffs) < 2:
+            p_claim.append(math.nan)
+            p_other.append(math.nan)
+        elif equivalence:
+            p_claim.append(tost(diffs, margin))
+            p_other.append(math.nan)  # the opposite of equivalence is no single claim
+        else:
+            claimed, other = _one_sided(diffs, sign, threshold)
+            p_claim.append(claimed)
+            p_other.append(other)
+    adj_claim, shown = holm(p_claim, alpha)
+    _, opposite = holm(p_other, alpha)
+    m = sum(not math.isnan(p) for p in p_claim)
+    level = 1 - alpha / max(m, 1)
+    out = []
+    for (v, diffs, _sign, _t, equivalence), p, p_adj, s, o in zip(
+        rows, p_claim, adj_claim, shown, opposite, strict=True
+    ):
+        simultaneous = mean_ci(diffs, level)
+        if len(diffs) < 2:
+            verdict = "undecided"
+        elif s:
+            verdict = "shown"
+        elif o:
+            verdict = "opposite shown"
+        else:
+            verdict = "not shown: " + excluded_range(simultaneous)
+        claim = v.claim
+        rule = f"one-sided paired t, Holm over {m} claims, alpha {alpha:g}"
+        if equivalence:
+            claim = f"{v.claim.split(' (within')[0]} (equivalent within ±{100 * margin:.0f} points)"
+            rule = f"TOST ±{100 * margin:.0f} points, Holm over {m} claims, alpha {alpha:g}"
+        out.append(
+            PosthocVerdict(
+                claim, v.comparison, v.estimate, simultaneous, p, p_adj, verdict, rule, v.verdict
+            )
+        )
+    for arm in controls:
+        per_a, per_b = table.per_seed(arm), table.per_seed("BF16")
+        diffs = [per_a[k] - per_b[k] for k in per_a if k in per_b]
+        if len(diffs) < 2:
+            continue
+        p = tost(diffs, margin)
+        est = mean_ci(diffs, 0.95)
+        out.append(
+            PosthocVerdict(
+                f"control: {arm} equivalent to BF16 within ±{100 * margin:.0f} points",
+                f"{arm} - BF16",
+                est,
+                mean_ci(diffs, level),
+                p,
+                math.nan,
+                "equivalent" if p <= alpha else "not equivalent",
+                f"TOST ±{100 * margin:.0f} points, alpha {alpha:g}, outside the family",
+                "(no pre-registered claim)",
+            )
+        )
+    return out
+
+
+def posthoc_markdown(verdicts: list[PosthocVerdict], digits: int = 1) -> str:
+    def p_text(p: float) -> str:
+        return "" if math.isnan(p) else f"{p:.3f}"
+
+    rows = [
+        {
+            "claim": v.claim,
+            "difference": v.comparison,
+            "here (points, 95%)": format_delta(v.estimate, digits),
+            "simultaneous interval": format_delta(v.simultaneous, digits),
+            "p": p_text(v.p),
+            "p (Holm)": p_text(v.p_holm),
+            "post-hoc verdict": f"**{v.verdict}**",
+            "pre-registered verdict": v.preregistered,
+            "rule": v.rule,
+        }
+        for v in verdicts
+    ]
+    return markdown_table(pd.DataFrame(rows))
+
+
+__all__ += ["POSTHOC_VERDICTS", "PosthocVerdict", "posthoc_markdown", "posthoc_verdicts"]
