@@ -60,6 +60,9 @@ EXPORTED_FILES = (
     LM_EVAL_FILE,  # lm-eval's rows, where the run has them (not its per-sample logs)
 )
 _FINAL = (RunStatus.DONE, RunStatus.FAILED, RunStatus.PRUNED)
+#: The uncommitted diffs a run started from (``code-<hash>.diff``, beside its provenance):
+#: small, and what rebuilds such a run, so exported with it.
+CODE_DIFF_GLOB = "code-*.diff"
 #: Metric-name prefixes left out of an export by default (module docstring).
 DROPPED_METRICS: tuple[str, ...] = ("fp8rl/fp8/",)
 
@@ -84,7 +87,8 @@ class ExportSummary:
 def _contents(run_dir: Path, drop: tuple[str, ...]) -> dict[str, bytes]:
     """What the export writes for each of :data:`EXPORTED_FILES` the run has."""
     out = {}
-    for name in EXPORTED_FILES:
+    diffs = tuple(sorted(p.name for p in run_dir.glob(CODE_DIFF_GLOB)))
+    for name in (*EXPORTED_FILES, *diffs):
         path = run_dir / name
         if not path.exists():
             continue
@@ -113,7 +117,7 @@ def _compact(path: Path) -> bytes:
 def _unchanged(target: Path, contents: dict[str, bytes], samples: dict[str, bytes]) -> bool:
     if not target.is_dir():
         return False
-    have = {p.name for p in target.iterdir() if p.name in EXPORTED_FILES}
+    have = {p.name for p in target.iterdir() if p.name in EXPORTED_FILES or p.match(CODE_DIFF_GLOB)}
     if have != set(contents):
         return False
     if any((target / name).read_bytes() != data for name, data in contents.items()):

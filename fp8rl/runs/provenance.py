@@ -39,7 +39,7 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]
     return versions
 
 
-def _git(code_dir: Path, *args: str) -> str | None:
+def _git(code_dir: Path, *args: str, ok: tuple[int, ...] = (0,)) -> str | None:
     try:
         done = subprocess.run(
             ["git", "-C", str(code_dir), *args],
@@ -51,7 +51,41 @@ def _git(code_dir: Path, *args: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         logger.debug("git %s failed: %s", args, exc)
         return None
-    return done.stdout if done.returncode == 0 else None
+    return done.stdout if done.returncode in ok else None
+
+
+#: The largest uncommitted diff a run stores beside its provenance (``code_diff``): 1 MiB,
+#: far above a source change (the Table-2 study's dirty trees differed by a few kB); a
+#: larger one is recorded by its hash only, with a warning.
+MAX_DIFF_BYTES = 1 << 20
+
+
+def code_diff(code_dir: Path = DEFAULT_CODE_DIR) -> str | None:
+    """The uncommitted change of the work tree at ``code_dir`` as one patch that ``git
+    apply`` takes on the run's commit: ``git diff HEAD --binary`` plus every untracked file
+    git does not ignore (as a new-file diff). None when the tree is clean, not a git work
+    tree, or the patch exceeds :data:`MAX_DIFF_BYTES` (logged)."""
+    tracked = _git(code_dir, "diff", "HEAD", "--binary")
+    listed = _git(code_dir, "ls-files", "--others", "--exclude-standard", "-z")
+    if tracked is None or listed is None:
+        return None
+    parts = [tracked]
+    for name in (n for n in listed.split("\0") if n):
+        # exit status 1 means "the files differ", which a new file always does
+        new = _git(code_dir, "diff", "--no-index", "--binary", "/dev/null", name, ok=(0, 1))
+        parts.append(new or "")
+    patch = "".join(parts)
+    if not patch:
+        return None
+    if len(patch.encode()) > MAX_DIFF_BYTES:
+        logger.warning(
+            "the uncommitted diff of %s is %d bytes (over %d): the run keeps its hash only",
+            code_dir,
+            len(patch.encode()),
+            MAX_DIFF_BYTES,
+        )
+        return None
+    return patch
 
 
 def git_state(

@@ -93,7 +93,7 @@ from fp8rl.runs.jsonl import (
     truncate_after_step,
 )
 from fp8rl.runs.lock import RunLock, pid_alive, process_start_time
-from fp8rl.runs.provenance import DEFAULT_CODE_DIR, collect_provenance
+from fp8rl.runs.provenance import DEFAULT_CODE_DIR, code_diff, collect_provenance
 
 logger = logging.getLogger(__name__)
 
@@ -903,9 +903,14 @@ class RunStore:
         if _read_config(path / CONFIG_FILE)[1] != sha:  # missing, unreadable or edited
             atomic_write_text(path / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False))
 
-        atomic_write_json(
-            path / PROVENANCE_FILE, self._provenance(experiment, run_id, config, sha, now, previous)
-        )
+        provenance = self._provenance(experiment, run_id, config, sha, now, previous)
+        git = provenance.get("git") or {}
+        if git.get("dirty") and git.get("diff_sha256"):  # keep the change itself: rebuildable
+            patch = code_diff(self.code_dir)
+            if patch is not None:
+                git["diff_file"] = f"code-{git['diff_sha256'][:12]}.diff"
+                atomic_write_text(path / git["diff_file"], patch)
+        atomic_write_json(path / PROVENANCE_FILE, provenance)
         record = {
             "status": RunStatus.RUNNING.value,
             "reason": note,
