@@ -78,7 +78,6 @@ from pathlib import Path
 from typing import NoReturn
 
 import hydra
-import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
@@ -244,6 +243,8 @@ def lm_eval(overrides: list[str], debug: bool = False) -> int:
     console = Console(stderr=True)
     try:
         checked = preflight(["-m", *overrides], write=False)
+        import torch  # only now: --help, --status and a config error never load it
+
         torch.set_num_threads(int(checked.primary.threads))
         stage = plan_stage(checked.plan)
     except (ConfigError, ValueError, FileNotFoundError) as exc:
@@ -298,6 +299,8 @@ def search(spec_path: str, overrides: list[str], n_trials: int | None, debug: bo
         with Composer() as compose:
             base = compose(list(overrides))
             check_runs_dir(str(base.runs_dir), write=True)
+            import torch  # only now: --help, --status and a config error never load it
+
             torch.set_num_threads(int(base.threads))
 
             def compose_trial(trial_overrides: list[str]):
