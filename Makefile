@@ -125,6 +125,10 @@ bench-loss: setup ## Time loss + diagnostics + calibration on a 256x4096-token b
 bench-trainer: setup ## Time the tiny RL step by phase per recipe and the calibration overhead at K=20; vs an earlier commit, interleaved: make bench-trainer ARGS="--against f1ddd3e"
 	$(PY) benchmarks/bench_trainer.py $(ARGS)
 
+.PHONY: bench-cli
+bench-cli: setup ## How long sweep.py takes to answer (--help, config errors, --status) vs an earlier commit, interleaved: make bench-cli ARGS="--against 7dbb020"
+	$(PY) benchmarks/bench_cli.py $(ARGS)
+
 .PHONY: bench-scaled-mm
 bench-scaled-mm: setup ## CPU FP8 GEMM (torch._scaled_mm, TorchAO's path) vs dequantise + FP32 matmul
 	$(PY) benchmarks/bench_scaled_mm.py

@@ -59,10 +59,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 
 from fp8rl.config import RunConfig, override
+from fp8rl.numerics.settings import NATIVE_BF16_FLAGS, native_bf16_available
 
 PHASES = ("gen", "old_log_prob", "update_actor", "calibration", "sync", "step")
 #: The table's phase columns, in order.
@@ -153,6 +153,8 @@ def base_changes(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def header(args: argparse.Namespace, base: RunConfig) -> str:
+    import torch
+
     from fp8rl.tiny.settings import resolve_config
 
     r, t = base.rollout, base.train
@@ -276,6 +278,8 @@ def worker(spec_path: str) -> None:
     if "experiment" not in inspect.signature(train).parameters:
         raise SystemExit(f"{spec['root']}: fp8rl.tiny.train.train has another API")
     logging.basicConfig(level=logging.WARNING)
+    import torch
+
     torch.set_num_threads(spec["threads"])
     cfg = change(change(Config(), spec["base"]), spec["changes"])
     try:  # the base model, built with this tree's SFT if its cache key differs: untimed
@@ -477,6 +481,31 @@ def against(args: argparse.Namespace) -> None:
         print(f"| {name} | {verdict} |")
 
 
+def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or ``platform.processor()``."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or "this CPU"
+
+
+def native_refusal(cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """Why ``--native`` cannot run fast here (one line), or None on a CPU with native BF16
+    GEMMs. Without them a BF16 matmul is ~100x FP32's: the benchmark ran for minutes
+    before failing (an AMD EPYC without ``avx512_bf16``)."""
+    if native_bf16_available(cpuinfo):
+        return None
+    return (
+        f"bench_trainer.py: --native needs native BF16 GEMMs ({' or '.join(NATIVE_BF16_FLAGS)} "
+        f"in /proc/cpuinfo); {cpu_name(cpuinfo)} has neither, so granularity.bf16_compute="
+        "native cannot run here: run without --native (BF16 stays emulated)"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -515,10 +544,14 @@ def main() -> None:
     if args.worker:
         worker(args.worker)
         return
-    logging.basicConfig(level=logging.WARNING)
-    torch.set_num_threads(args.threads)
+    if args.native and (why := native_refusal()):
+        raise SystemExit(why)  # before torch loads or any run starts
     if args.repeats < 1:
         raise SystemExit("--repeats must be at least 1")
+    logging.basicConfig(level=logging.WARNING)
+    import torch
+
+    torch.set_num_threads(args.threads)
     if args.against:
         against(args)
     else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -75,3 +76,36 @@ def test_refs_before_the_phase_timings_are_refused(bench: ModuleType) -> None:
     ).stdout.split()[0]  # the first commit (or a shallow clone's graft), before the timings
     with pytest.raises(SystemExit, match=f"at or after {bench.OLDEST_REF}"):
         bench.check_ref(root)
+
+
+def test_native_is_refused_at_once_on_a_cpu_without_bf16_gemms(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    """--native without avx512_bf16/amx_bf16: one line naming the CPU, before torch loads
+    or any run starts (it used to run for minutes, each BF16 matmul ~100x FP32's)."""
+    plain = tmp_path / "plain"
+    plain.write_text("model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 avx512f\n")
+    line = bench.native_refusal(str(plain))
+    assert line is not None and "\n" not in line
+    assert "AMD EPYC has neither" in line and "run without --native" in line
+    amx = tmp_path / "amx"
+    amx.write_text("model name\t: Intel Xeon\nflags\t\t: fpu avx512f amx_bf16\n")
+    assert bench.native_refusal(str(amx)) is None
+    # the script itself, on a CPU said to have neither: exit 1 with that line, no torch
+    script = str(REPO / "benchmarks" / "bench_trainer.py")
+    code = (
+        "import runpy, sys\n"
+        "import fp8rl.numerics.settings as s\n"
+        "s.native_bf16_available = lambda cpuinfo='': False\n"
+        "sys.argv = ['bench_trainer.py', '--native']\n"
+        "try:\n"
+        f"    runpy.run_path({script!r}, run_name='__main__')\n"
+        "finally:\n"
+        "    print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'torchao'}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 1
+    assert out.stderr.startswith("bench_trainer.py: --native needs native BF16 GEMMs")
+    assert out.stdout.strip() == "[]"

@@ -23,17 +23,25 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from fp8rl.config.fields import ConfigError, check_fields, choice, like, num, num_list
-from fp8rl.numerics.linears import BF16_COMPUTE
 from fp8rl.numerics.registry import RecipeNames, recipe_decl
-from fp8rl.numerics.rollout import ActScale, RolloutQuantConfig, WeightScale
-from fp8rl.rl.advantages import ALGORITHMS, KL_TYPES
-from fp8rl.rl.aggregation import LOSS_AGG_MODES
-from fp8rl.rl.calibration import CLIPPING_MODES, CalibrationKnobs, CalibratorConfig
-from fp8rl.rl.correction import OLD_LOGPROB_SOURCES, MismatchCorrection
-from fp8rl.rl.losses import LIVE_BOUND_LOSSES, POLICY_LOSSES
+from fp8rl.numerics.settings import BF16_COMPUTE, ActScale, RolloutQuantConfig, WeightScale
+from fp8rl.rl.settings import (
+    ALGORITHMS,
+    CLIPPING_MODES,
+    KL_TYPES,
+    LIVE_BOUND_LOSSES,
+    LOSS_AGG_MODES,
+    OLD_LOGPROB_SOURCES,
+    POLICY_LOSS_NAMES,
+    CalibrationKnobs,
+    CalibratorConfig,
+)
+
+if TYPE_CHECKING:
+    from fp8rl.rl.correction import MismatchCorrection
 
 __all__ = [
     "BACKENDS",
@@ -222,7 +230,7 @@ class ModelConfig:
 class _PolicyLoss:
     """``clipping.loss`` and ``clipping.mode`` (first in the group, as the tree lists them)."""
 
-    loss: str = choice("calibrated_clip", tuple(POLICY_LOSSES))
+    loss: str = choice("calibrated_clip", POLICY_LOSS_NAMES)
     mode: str = choice("standard", CLIPPING_MODES)
 
 
@@ -421,6 +429,8 @@ class RunConfig:
 
     def correction(self) -> MismatchCorrection:
         """Token-level TIS with ``C = train.tis_threshold``, or no correction."""
+        from fp8rl.rl.correction import MismatchCorrection  # torch: only a run needs it
+
         if not self.uses_tis:
             return MismatchCorrection()
         return MismatchCorrection(rollout_is="token", rollout_is_threshold=self.train.tis_threshold)

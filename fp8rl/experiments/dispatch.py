@@ -21,7 +21,6 @@ import logging
 import time
 from typing import Any
 
-import torch
 from omegaconf import DictConfig
 
 from fp8rl.config.request import StepHook
@@ -104,6 +103,8 @@ def run_one(cfg: DictConfig, *, on_step: StepHook | None = None) -> RunSummary:
     thread count than the run started with); a run that fails while training is marked
     ``failed`` in the store and its exception propagates.
     """
+    import torch  # here: the modules that plan, check and report never need it
+
     resolved = resolve_run(cfg)  # validates: the schema, then the backend's checks
     exp, run_cfg = resolved.experiment, resolved.config
     torch.set_num_threads(exp.threads)

@@ -5,6 +5,8 @@
 * :mod:`.scaling` — quantise / dequantise at tensorwise, rowwise and blockwise granularity.
 * :mod:`.recipes` — per-GEMM-operand format and scale rule; ``get_recipe(name)``.
 * :mod:`.registry` — one declaration per recipe (``RecipeDecl``), read by every room; no torch.
+* :mod:`.settings` — the BF16 GEMM modes and the rollout's FP8 scheme (``RolloutQuantConfig``),
+  the run config's numerics options; no torch.
 * :mod:`.bf16` — BF16 emulation (rounding with FP32 compute) for a CPU without BF16, and
   FP16 emulation the same way (``half="fp16"``).
 * :mod:`.loss_scale` — dynamic loss scaling of FP16 training (``DynamicLossScaler``).
@@ -22,8 +24,8 @@ from fp8rl import _quiet
 _quiet.install()  # before torchao is imported: its CUDA-only kernels cannot load on CPU
 
 #: Public name -> the submodule that defines it. Imported on first use (PEP 562), so the
-#: torch-free modules (``registry``) load without torch: the CLI builds its option lists
-#: from the recipe registry before it needs torch.
+#: torch-free modules (``registry``, ``settings``) load without torch: the CLI builds its
+#: option lists from them before it needs torch.
 _EXPORTS: dict[str, str] = {
     "emulate_bf16": "bf16",
     "emulate_half": "bf16",
@@ -48,7 +50,7 @@ _EXPORTS: dict[str, str] = {
     "RecipeDecl": "registry",
     "recipe_decl": "registry",
     "register_recipe": "registry",
-    "RolloutQuantConfig": "rollout",
+    "RolloutQuantConfig": "settings",
     "make_rollout_model": "rollout",
     "quantize_rollout_weight": "rollout",
     "sync_rollout_weights": "rollout",

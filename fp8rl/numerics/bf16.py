@@ -37,13 +37,15 @@ NaN stays NaN. Native FP16 GEMMs are not provided: FP16 GEMMs are always emulate
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 from collections.abc import Iterator
 from typing import Any, Literal
 
 import torch
 from torch import nn
+
+# the CPU check is torch-free (the run config's checks read it); re-exported here
+from fp8rl.numerics.settings import NATIVE_BF16_FLAGS, native_bf16_available  # noqa: F401
 
 __all__ = [
     "HALF_FORMATS",
@@ -292,25 +294,3 @@ def emulated_half(model: nn.Module) -> str | None:
 def is_bf16_emulated(model: nn.Module) -> bool:
     """Whether ``model`` is emulated in BF16 (not FP16, not unemulated)."""
     return emulated_half(model) == "bf16"
-
-
-#: CPU flags (``/proc/cpuinfo``) of native BF16 dot products: AVX512-BF16 or AMX-BF16.
-NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-
-
-@functools.cache
-def native_bf16_available(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """Whether this CPU computes BF16 GEMMs natively (``avx512_bf16`` or ``amx_bf16`` in
-    ``/proc/cpuinfo``'s flags). Without them a BF16 matmul is ~100x slower than FP32, which
-    is why the numerics emulate BF16 (``granularity.bf16_compute=native`` needs this)."""
-    try:
-        with open(cpuinfo) as f:
-            flags = {
-                flag
-                for line in f
-                if line.startswith("flags")
-                for flag in line.partition(":")[2].split()
-            }
-    except OSError:  # not Linux: no way to tell, so no
-        return False
-    return any(flag in flags for flag in NATIVE_BF16_FLAGS)

@@ -44,6 +44,7 @@ from torchao.float8.float8_linear import Float8Linear
 from fp8rl.numerics.bf16 import fast_paths_enabled, mark_on_grid, round_half
 from fp8rl.numerics.recipes import Fp8Recipe, OperandSpec
 from fp8rl.numerics.scaling import fake_quantize
+from fp8rl.numerics.settings import BF16_COMPUTE
 
 __all__ = [
     "BF16_COMPUTE",
@@ -60,10 +61,6 @@ __all__ = [
     "set_bf16_compute",
     "swap_linears",
 ]
-
-#: How BF16 GEMMs compute: ``emulated`` (FP32 GEMM on BF16-rounded operands, output rounded)
-#: or ``native`` (a GEMM on BF16 tensors: oneDNN, FP32 accumulation, BF16 output).
-BF16_COMPUTE = ("emulated", "native")
 
 
 def half_linear(

@@ -20,16 +20,15 @@ recipe: an FP16 rollout engine, its held-out evaluation included). ``half=`` of
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
 
 from fp8rl.numerics.bf16 import emulate_half, emulated_half, round_half
-from fp8rl.numerics.formats import Fp8Format
 from fp8rl.numerics.linears import Bf16Linear, PrecisionLinear, set_bf16_compute, swap_linears
-from fp8rl.numerics.scaling import Block, fake_quantize
+from fp8rl.numerics.scaling import fake_quantize
+from fp8rl.numerics.settings import RolloutQuantConfig
 from fp8rl.numerics.training import lm_head_names
 
 __all__ = [
@@ -39,49 +38,6 @@ __all__ = [
     "quantize_rollout_weight",
     "sync_rollout_weights",
 ]
-
-WeightScale = Literal["tensor", "channel", "block"]
-ActScale = Literal["tensor", "token", "group"]
-
-
-@dataclass(frozen=True)
-class RolloutQuantConfig:
-    """How the rollout engine quantises. Defaults are vLLM's online FP8 (per-tensor)."""
-
-    weight_scale: WeightScale = "tensor"
-    activation_scale: ActScale | None = None  # None: tensor / token / group to match weights
-    block_size: int = 128
-    fmt: Fp8Format = Fp8Format.E4M3
-    include_lm_head: bool = False
-
-    def __post_init__(self) -> None:
-        if self.weight_scale not in ("tensor", "channel", "block"):
-            raise ValueError(f"weight_scale must be tensor/channel/block: {self.weight_scale!r}")
-        if self.activation_scale not in (None, "tensor", "token", "group"):
-            raise ValueError(
-                f"activation_scale must be tensor/token/group, not {self.activation_scale!r}"
-            )
-        if self.block_size <= 0:
-            raise ValueError(f"block_size must be positive, got {self.block_size}")
-        object.__setattr__(self, "fmt", Fp8Format(self.fmt))
-
-    @property
-    def act(self) -> ActScale:
-        default: dict[str, ActScale] = {"tensor": "tensor", "channel": "token", "block": "group"}
-        return self.activation_scale or default[self.weight_scale]
-
-    def weight_block(self) -> Block:
-        b = self.block_size
-        return {"tensor": (None, None), "channel": (1, None), "block": (b, b)}[self.weight_scale]
-
-    def activation_block(self) -> Block:
-        return {"tensor": (None, None), "token": (1, None), "group": (1, self.block_size)}[self.act]
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["fmt"] = self.fmt.value
-        d["activation_scale"] = self.act
-        return d
 
 
 def quantize_rollout_weight(

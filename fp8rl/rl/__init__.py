@@ -7,99 +7,72 @@ verl's plugin entry point, is the only module that imports verl). The method, wi
 equations, is written up in ``docs/method.md``.
 """
 
-from fp8rl.rl.advantages import (
-    dapo_keep_mask,
-    group_index,
-    grpo_outcome_advantage,
-    kl_penalty,
-    kl_to_reference_loss,
-    overlong_penalty,
-)
-from fp8rl.rl.aggregation import LOSS_AGG_MODES, agg_loss, masked_mean, masked_sum
-from fp8rl.rl.bounds import bounds_from_clip_ratios, check_bounds, clip_ratios_from_bounds
-from fp8rl.rl.calibration import (
-    CalibrationKnobs,
-    CalibrationResult,
-    Calibrator,
-    CalibratorConfig,
-    calibrate,
-    calibrated_lower_bound,
-    calibrated_upper_bound,
-    update_mass,
-)
-from fp8rl.rl.correction import TIS_TOKEN_C2, MismatchCorrection, compute_mismatch_correction
-from fp8rl.rl.diagnostics import (
-    LOGRATIO_HIST_EDGES,
-    LOGRATIO_HIST_NUM_BINS,
-    SHADOW_CLIP_COUNTS,
-    clip_diagnostics,
-    logratio_histogram,
-    quantiles_linear,
-    shadow_clip_comparison,
-    shadow_clip_counts,
-    shadow_clip_shares,
-    summarize_shadow_steps,
-)
-from fp8rl.rl.losses import (
-    LIVE_BOUND_LOSSES,
-    POLICY_LOSSES,
-    ActorLossConfig,
-    PolicyLossOptions,
-    cispo_loss,
-    compute_policy_loss_calibrated_clip,
-    compute_policy_loss_cispo,
-    compute_policy_loss_vanilla,
-    get_policy_loss,
-    ppo_clip_loss,
-    resolve_bounds,
-    standard_bounds,
-)
+import importlib
+from typing import Any
 
-__all__ = [
-    "LIVE_BOUND_LOSSES",
-    "LOGRATIO_HIST_EDGES",
-    "LOGRATIO_HIST_NUM_BINS",
-    "LOSS_AGG_MODES",
-    "POLICY_LOSSES",
-    "SHADOW_CLIP_COUNTS",
-    "TIS_TOKEN_C2",
-    "ActorLossConfig",
-    "CalibrationKnobs",
-    "CalibrationResult",
-    "Calibrator",
-    "CalibratorConfig",
-    "MismatchCorrection",
-    "PolicyLossOptions",
-    "agg_loss",
-    "bounds_from_clip_ratios",
-    "calibrate",
-    "calibrated_lower_bound",
-    "calibrated_upper_bound",
-    "check_bounds",
-    "cispo_loss",
-    "clip_diagnostics",
-    "clip_ratios_from_bounds",
-    "compute_mismatch_correction",
-    "compute_policy_loss_calibrated_clip",
-    "compute_policy_loss_cispo",
-    "compute_policy_loss_vanilla",
-    "dapo_keep_mask",
-    "get_policy_loss",
-    "group_index",
-    "grpo_outcome_advantage",
-    "kl_penalty",
-    "kl_to_reference_loss",
-    "logratio_histogram",
-    "masked_mean",
-    "masked_sum",
-    "overlong_penalty",
-    "ppo_clip_loss",
-    "quantiles_linear",
-    "resolve_bounds",
-    "shadow_clip_comparison",
-    "shadow_clip_counts",
-    "shadow_clip_shares",
-    "standard_bounds",
-    "summarize_shadow_steps",
-    "update_mass",
-]
+#: Public name -> the submodule that defines it. Imported on first use (PEP 562), so the
+#: torch-free settings (``fp8rl.rl.settings``: the option lists and the calibration knobs
+#: the run config is built from) load without torch.
+_EXPORTS: dict[str, str] = {
+    "dapo_keep_mask": "advantages",
+    "group_index": "advantages",
+    "grpo_outcome_advantage": "advantages",
+    "kl_penalty": "advantages",
+    "kl_to_reference_loss": "advantages",
+    "overlong_penalty": "advantages",
+    "agg_loss": "aggregation",
+    "masked_mean": "aggregation",
+    "masked_sum": "aggregation",
+    "bounds_from_clip_ratios": "bounds",
+    "check_bounds": "bounds",
+    "clip_ratios_from_bounds": "bounds",
+    "CalibrationResult": "calibration",
+    "Calibrator": "calibration",
+    "calibrate": "calibration",
+    "calibrated_lower_bound": "calibration",
+    "calibrated_upper_bound": "calibration",
+    "update_mass": "calibration",
+    "MismatchCorrection": "correction",
+    "TIS_TOKEN_C2": "correction",
+    "compute_mismatch_correction": "correction",
+    "LOGRATIO_HIST_EDGES": "diagnostics",
+    "LOGRATIO_HIST_NUM_BINS": "diagnostics",
+    "SHADOW_CLIP_COUNTS": "diagnostics",
+    "clip_diagnostics": "diagnostics",
+    "logratio_histogram": "diagnostics",
+    "quantiles_linear": "diagnostics",
+    "shadow_clip_comparison": "diagnostics",
+    "shadow_clip_counts": "diagnostics",
+    "shadow_clip_shares": "diagnostics",
+    "summarize_shadow_steps": "diagnostics",
+    "ActorLossConfig": "losses",
+    "POLICY_LOSSES": "losses",
+    "PolicyLossOptions": "losses",
+    "cispo_loss": "losses",
+    "compute_policy_loss_calibrated_clip": "losses",
+    "compute_policy_loss_cispo": "losses",
+    "compute_policy_loss_vanilla": "losses",
+    "get_policy_loss": "losses",
+    "ppo_clip_loss": "losses",
+    "resolve_bounds": "losses",
+    "standard_bounds": "losses",
+    "CalibrationKnobs": "settings",
+    "CalibratorConfig": "settings",
+    "LIVE_BOUND_LOSSES": "settings",
+    "LOSS_AGG_MODES": "settings",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

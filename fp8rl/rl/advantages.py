@@ -26,22 +26,7 @@ import numpy as np
 import torch
 
 from fp8rl.rl.aggregation import agg_loss
-
-#: The advantage estimators of this module, by the config's name for them.
-ALGORITHMS: tuple[str, ...] = ("grpo", "dapo")
-#: The per-token KL estimates :func:`kl_penalty` implements (verl's ``kl_loss_type``).
-KL_TYPES: tuple[str, ...] = (
-    "kl",
-    "k1",
-    "abs",
-    "mse",
-    "k2",
-    "low_var_kl",
-    "k3",
-    "k1+",
-    "k3+",
-    "low_var_kl+",
-)
+from fp8rl.rl.settings import ALGORITHMS, KL_TYPES  # noqa: F401 (the lists' home; re-exported)
 
 
 def group_index(index: Sequence[Any] | np.ndarray | torch.Tensor) -> torch.Tensor:

@@ -10,14 +10,7 @@ from __future__ import annotations
 
 import torch
 
-#: Every ``loss_agg_mode`` verl 0.9.1 accepts (``ActorConfig.__post_init__``).
-LOSS_AGG_MODES: tuple[str, ...] = (
-    "token-mean",
-    "token-sum",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
+from fp8rl.rl.settings import LOSS_AGG_MODES
 
 
 def masked_sum(

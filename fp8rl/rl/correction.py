@@ -37,10 +37,7 @@ import torch
 
 from fp8rl.rl.aggregation import masked_mean, masked_sum
 from fp8rl.rl.diagnostics import to_floats
-
-#: Where pi_old comes from: recomputed by the ``trainer`` (verl's default; TIS corrects the
-#: rollout mismatch) or the ``rollout`` engine's own log-probs (verl's bypass mode).
-OLD_LOGPROB_SOURCES: tuple[str, ...] = ("trainer", "rollout")
+from fp8rl.rl.settings import OLD_LOGPROB_SOURCES  # noqa: F401 (its home; re-exported)
 
 logger = logging.getLogger(__name__)
 

@@ -47,6 +47,7 @@ import torch
 from fp8rl.rl.aggregation import agg_loss, masked_mean
 from fp8rl.rl.bounds import bounds_from_clip_ratios, check_bounds
 from fp8rl.rl.diagnostics import clip_diagnostics, to_floats
+from fp8rl.rl.settings import LIVE_BOUND_LOSSES  # noqa: F401 (its home; re-exported)
 
 logger = logging.getLogger(__name__)
 
@@ -424,12 +425,6 @@ POLICY_LOSSES: dict[str, PolicyLossFn] = {
     "calibrated_clip": compute_policy_loss_calibrated_clip,
     "fp8rl_cispo": compute_policy_loss_cispo,
 }
-
-#: The losses that clip with the live bounds ``config.policy_loss.clip_low/clip_high``
-#: (:func:`resolve_bounds`): the only ones Calibrated Clipping can drive. ``vanilla``
-#: ignores live bounds, so a calibrated run with it would silently clip at the standard
-#: bounds.
-LIVE_BOUND_LOSSES: tuple[str, ...] = ("calibrated_clip", "fp8rl_cispo")
 
 
 def get_policy_loss(name: str) -> PolicyLossFn:
