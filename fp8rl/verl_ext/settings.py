@@ -87,6 +87,12 @@ def validate(cfg: RunConfig) -> None:
             "(model=qwen3-8b-base, qwen3-14b-base, qwen2.5-32b, qwen3-0.6b-base) and the "
             f"tiny models {sorted(TINY_PRESETS)}"
         )
+    if tiny and set(cfg.eval.families or ()) & set(BENCHMARKS):
+        raise ConfigError(
+            f"model.preset={cfg.model.preset} on the verl backend takes the tiny study "
+            "settings: add scale=tiny_<study> (e.g. scale=tiny_test); these settings are the "
+            f"verl study's (eval.families={list(cfg.eval.families or ())})"
+        )
     if cfg.task != "train":
         raise ConfigError(f"task={cfg.task}: the verl backend runs RL (task=train) only")
     for key, recipe in (("granularity.training", cfg.granularity.training),
