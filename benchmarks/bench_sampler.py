@@ -27,8 +27,8 @@ from common import timeit
 from torch import nn
 
 from fp8rl.numerics import RolloutQuantConfig, make_rollout_model
+from fp8rl.sampling.sampler import Sampler
 from fp8rl.tiny.model import build_model
-from fp8rl.tiny.sampler import Sampler
 
 MODES: dict[str, Callable[[nn.Module], nn.Module]] = {
     "fp32": lambda master: master,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fp8rl.config.fields import ConfigError, check_fields, num
+from fp8rl.config.fields import ConfigError, check_fields, choice, num
 
 __all__ = ["ClusterConfig"]
 
@@ -41,6 +41,16 @@ class ClusterConfig:
     extra_overrides: verl ``main_ppo`` overrides appended verbatim after the harness's own
         (infrastructure only, e.g. ``actor_rollout_ref.rollout.max_num_seqs=512``). A key the
         harness sets is refused: the run id would not see the change.
+    device: ``cuda`` (verl's GPU stack: vLLM rollouts) or ``cpu`` (``cluster=local_cpu``:
+        verl's real trainer on this machine's CPU, fp8rl's CPU platform and CPU rollout
+        server, ``fp8rl.verl_ext.cpu``; one trainer process, gloo).
+    ray_cpus: the CPUs the local Ray started for the run declares (``ray.init(num_cpus)``;
+        null: Ray counts them). On CPU it must leave room for verl's actors (the trainer,
+        the TransferQueue storage units, the reward and agent-loop workers): ``local_cpu``
+        declares more than the machine has, since those actors mostly wait.
+    storage_units: TransferQueue's storage units (each takes one Ray CPU; null: verl's 8,
+        which deadlock a small local Ray).
+    reward_workers: verl's reward-loop workers (null: verl's 8).
     """
 
     nnodes: int = num(1, ge=1, le=1024)  # the paper's largest run: 4 nodes
@@ -53,9 +63,18 @@ class ClusterConfig:
     data_dir: str = "data/benchmarks"
     ray_address: str | None = None
     extra_overrides: list[str] = field(default_factory=list)
+    device: str = choice("cuda", ("cuda", "cpu"))
+    ray_cpus: int | None = num(None, ge=1, le=4096, null="Ray counts the machine's CPUs")
+    storage_units: int | None = num(None, ge=1, le=1024, null="verl's default (8)")
+    reward_workers: int | None = num(None, ge=1, le=1024, null="verl's default (8)")
 
     def __post_init__(self) -> None:
         check_fields(self, "cluster")
+        if self.device == "cpu" and (self.n_gpus != 1 or self.rollout_tp != 1):
+            raise ConfigError(
+                f"cluster.device=cpu runs one trainer process: nnodes={self.nnodes}, "
+                f"gpus_per_node={self.gpus_per_node}, rollout_tp={self.rollout_tp} must all be 1"
+            )
         if self.gpus_per_node % self.rollout_tp:
             raise ConfigError(
                 f"cluster.rollout_tp={self.rollout_tp} does not divide cluster.gpus_per_node="

@@ -18,8 +18,8 @@ import torch
 from fp8rl.config import RunConfig
 from fp8rl.rewards import reward
 from fp8rl.rl import overlong_penalty
+from fp8rl.sampling.sampler import Sampler, response_inputs
 from fp8rl.tiny.evaluate import repeat_4gram_frac
-from fp8rl.tiny.sampler import Sampler, response_inputs
 from fp8rl.tiny.tasks import Problem, training_mix
 from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID
 

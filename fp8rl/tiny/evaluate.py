@@ -45,8 +45,8 @@ from fp8rl.rewards import (  # the garbled rule lives with the reward's definiti
     is_well_formed,
     repeat_4gram_frac,
 )
+from fp8rl.sampling.sampler import Sampler
 from fp8rl.tiny.progress import progress_bar
-from fp8rl.tiny.sampler import Sampler
 from fp8rl.tiny.tasks import (
     DIFFICULTIES,
     EVAL_ITEMS_PER_DIFFICULTY,

@@ -99,6 +99,7 @@ from fp8rl.runs import (
     list_hf_exports,
     load_checkpoint,
 )
+from fp8rl.sampling.sampler import Sampler, response_log_probs
 from fp8rl.tiny.batch import (
     Response,
     StepBatch,
@@ -111,7 +112,6 @@ from fp8rl.tiny.batch import (
 from fp8rl.tiny.evaluate import evaluate
 from fp8rl.tiny.export import export_step
 from fp8rl.tiny.progress import progress_bar
-from fp8rl.tiny.sampler import Sampler, response_log_probs
 from fp8rl.tiny.settings import (
     NAME,
     eval_config,

@@ -20,5 +20,8 @@ imports nothing, so ``import fp8rl.verl_ext`` stays cheap):
 - ``cost``: GPU time per step, an estimate;
 - ``dist_calibration``: Calibrated Clipping over the global batch of data-parallel ranks;
 - ``rollout_quant``, ``vllm_rollout``, ``vllm_plugin``: vLLM rollout weights per tensor,
-  channel or 128x128 block, and the hook that installs them on each weight sync.
+  channel or 128x128 block, and the hook that installs them on each weight sync;
+- ``cpu``, ``cpu_rollout``: verl's real trainer on this CPU (``cluster=local_cpu``): the CPU
+  platform, and a rollout server on fp8rl's sampler (``fp8rl.sampling``) with fp8rl's rollout
+  quantisation, registered in verl's registries.
 """

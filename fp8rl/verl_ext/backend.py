@@ -19,7 +19,7 @@ from fp8rl.runs import RunStore, RunSummary
 from fp8rl.verl_ext.cost import VerlCost
 from fp8rl.verl_ext.hooks import HOOKS
 from fp8rl.verl_ext.launch import POLL_S, launch_problems, run_verl
-from fp8rl.verl_ext.presets import get_model
+from fp8rl.verl_ext.presets import get_model, is_tiny
 from fp8rl.verl_ext.settings import NAME, resolve_config
 from fp8rl.verl_ext.translate import RunFiles, VerlLaunch, translate
 
@@ -50,10 +50,10 @@ class VerlBackend:
         (vLLM tensor parallelism against the model's key-value heads, verl's mini-batch
         against the data-parallel ranks) and the keys verl cannot honour."""
         c: ClusterConfig = exp.cluster
-        model = get_model(cfg.model.preset)
-        if model.kv_heads % c.rollout_tp:
+        kv_heads = None if is_tiny(cfg.model.preset) else get_model(cfg.model.preset).kv_heads
+        if kv_heads is not None and kv_heads % c.rollout_tp:
             raise ConfigError(
-                f"cluster.rollout_tp={c.rollout_tp} does not divide the {model.kv_heads} "
+                f"cluster.rollout_tp={c.rollout_tp} does not divide the {kv_heads} "
                 f"key-value heads of {cfg.model.preset}"
             )
         mini = cfg.rollout.prompts_per_step // cfg.train.ppo_mini_batches * cfg.rollout.n_samples
@@ -96,6 +96,9 @@ class VerlBackend:
         ]  # fmt: skip
         if cfg.eval.limit is not None and launch.benchmarks:
             data += ["--limit", str(cfg.eval.limit), "--seed", str(cfg.eval.seed)]
+        if launch.tiny:  # the tiny base and task families (the launcher writes the config)
+            data = ["python", "scripts/verl_prepare_tiny.py", "--config", str(files.run_config),
+                    "--out", str(files.verl_dir)]  # fmt: skip
         cost = self.cost(cfg, cluster=exp.cluster)
         step = cost.default_step_s()
         lines = [
@@ -168,6 +171,7 @@ class VerlBackend:
             last = run_verl(
                 run, cfg, launch, files, cluster,
                 on_step=request.on_step, python=self.python, poll_s=self.poll_s,
+                cache_dir=request.cache_dir,
             )  # fmt: skip
             final = run.read_metrics().records
             evals = run.read_eval().records

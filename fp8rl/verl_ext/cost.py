@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from fp8rl.config import ClusterConfig, RunConfig
 from fp8rl.numerics.registry import recipe_decl
-from fp8rl.verl_ext.presets import get_model
+from fp8rl.verl_ext.presets import get_model, is_tiny
 
 __all__ = ["BENCHMARK_ITEMS", "VerlCost"]
 
@@ -45,6 +45,12 @@ FP8_ROLLOUT_SPEEDUP = 1.3
 
 #: Ray start, weight loading, vLLM start-up and CUDA graphs, per launch (a guess).
 RUN_OVERHEAD_S = 900.0
+#: A step of a tiny model on the CPU (cluster=local_cpu), measured: 2.4 s for tiny-test
+#: (2 GRPO steps of 8 responses x 16 tokens, verl 0.9.1 on a 2-core CPU).
+TINY_CPU_STEP_S = 3.0
+#: verl's start-up on the CPU (Ray, the actor and rollout workers, the engine), measured:
+#: about 2 minutes of a 2-step tiny-test run on a 2-core CPU.
+CPU_OVERHEAD_S = 120.0
 #: Items per benchmark (the public benchmarks' sizes).
 BENCHMARK_ITEMS = {
     "aime24": 30,
@@ -65,7 +71,11 @@ class VerlCost:
     cfg: RunConfig
     cluster: ClusterConfig
 
-    overhead_s = RUN_OVERHEAD_S
+    @property
+    def overhead_s(self) -> float:
+        """Start-up per launch: :data:`CPU_OVERHEAD_S` on the CPU, else :data:`RUN_OVERHEAD_S`."""
+        return CPU_OVERHEAD_S if self.cluster.device == "cpu" else RUN_OVERHEAD_S
+
     setup_key = ""
     setup_s = 0.0
     setup_done = True
@@ -106,12 +116,17 @@ class VerlCost:
         return tokens * n_params * passes / (self.gpus * PEAK_FLOPS * TRAIN_MFU)
 
     def default_step_s(self) -> float:
-        """Seconds per step without a measured run: rollout plus training."""
+        """Seconds per step without a measured run: rollout plus training (a tiny model on
+        the CPU: :data:`TINY_CPU_STEP_S`, measured)."""
+        if is_tiny(self.cfg.model.preset):
+            return TINY_CPU_STEP_S
         return self.rollout_s() + self.train_s()
 
     def eval_s(self) -> float:
         """Seconds of one validation."""
         ev, r = self.cfg.eval, self.cfg.rollout
+        if is_tiny(self.cfg.model.preset):
+            return TINY_CPU_STEP_S
         items = sum(BENCHMARK_ITEMS.get(b, 100) for b in ev.families or ())
         if ev.limit is not None:
             items = min(items, ev.limit * len(ev.families or ()))

@@ -13,7 +13,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["PRESETS", "VerlModel", "get_model"]
+__all__ = [
+    "PRESETS",
+    "TINY_FAMILIES",
+    "TINY_PRESETS",
+    "TINY_PROMPT_LENGTH",
+    "VerlModel",
+    "get_model",
+    "is_tiny",
+]
 
 
 @dataclass(frozen=True)
@@ -52,3 +60,23 @@ def get_model(hf_id: str) -> VerlModel:
         return PRESETS[hf_id]
     except KeyError:
         raise KeyError(f"{hf_id!r}; the verl backend knows {sorted(PRESETS)}") from None
+
+
+#: The tiny models as models of the verl backend (``model=tiny-*``, on ``cluster=local_cpu``):
+#: the tiny base exported as a Hugging Face Qwen3 (``scripts/verl_prepare_tiny.py`` builds or
+#: loads it and writes it under ``<run>/verl/model``). Name -> context (max positions). The
+#: tiny room owns them (``fp8rl.tiny.model.PRESETS``; a test holds the two equal): the verl
+#: backend may not import it.
+TINY_PRESETS: dict[str, int] = {"tiny-test": 512, "tiny-s": 512, "tiny-m": 512, "tiny-l": 512}
+#: The tiny task families (``fp8rl.tiny.tasks.FAMILIES``; the same test).
+TINY_FAMILIES: tuple[str, ...] = (
+    "add_sub", "multiply", "order_of_ops", "modulo", "max_min", "digit_sum", "linear_eq",
+    "fraction_of",
+)  # fmt: skip
+#: Prompt positions of a tiny prompt (= ``fp8rl.tiny.settings.PROMPT_BUDGET``).
+TINY_PROMPT_LENGTH = 64
+
+
+def is_tiny(preset: str) -> bool:
+    """A tiny model (the tiny world: its tasks, tokenizer and SFT base)."""
+    return preset in TINY_PRESETS

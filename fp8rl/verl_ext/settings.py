@@ -17,14 +17,23 @@ from fp8rl.config.request import ResolvedConfig
 from fp8rl.numerics.registry import recipe_decl
 from fp8rl.rl.losses import LIVE_BOUND_LOSSES
 from fp8rl.verl_ext.data import BENCHMARKS
-from fp8rl.verl_ext.presets import PRESETS, get_model
+from fp8rl.verl_ext.presets import (
+    PRESETS,
+    TINY_FAMILIES,
+    TINY_PRESETS,
+    TINY_PROMPT_LENGTH,
+    get_model,
+    is_tiny,
+)
 from fp8rl.verl_ext.rollout_quant import VllmRolloutFormat
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "MAX_PROMPT_LENGTH",
     "NAME",
+    "TINY_READS",
     "UNUSED",
+    "prompt_length",
     "resolve_config",
     "validate",
 ]
@@ -60,14 +69,29 @@ UNUSED: dict[str, str] = {
     "probe_rounds": "the tiny backend's noise probe (task=noise_probe); verl runs task=train",
     **{key: _TINY_SFT for key in leaf_fields() if key.startswith("model.sft.")},
 }
+#: What a tiny model (``model=tiny-*``) reads of ``UNUSED``: its SFT base and the tiny
+#: tasks' difficulty levels (``scripts/verl_prepare_tiny.py`` builds the base and the data).
+TINY_READS = (
+    *(key for key in UNUSED if key.startswith("model.sft.")),
+    "rollout.difficulties",
+    "eval.difficulties",
+)
 
 
 def validate(cfg: RunConfig) -> None:
     """The verl backend's checks, before any compute; ConfigError naming the key."""
-    if cfg.model.preset not in PRESETS:
+    tiny = is_tiny(cfg.model.preset)
+    if cfg.model.preset not in PRESETS and not tiny:
         raise ConfigError(
             f"model.preset={cfg.model.preset!r}: the verl backend knows {sorted(PRESETS)} "
-            "(model=qwen3-8b-base, qwen3-14b-base, qwen2.5-32b, qwen3-0.6b-base)"
+            "(model=qwen3-8b-base, qwen3-14b-base, qwen2.5-32b, qwen3-0.6b-base) and the "
+            f"tiny models {sorted(TINY_PRESETS)}"
+        )
+    if tiny and set(cfg.eval.families or ()) & set(BENCHMARKS):
+        raise ConfigError(
+            f"model.preset={cfg.model.preset} on the verl backend takes the tiny study "
+            "settings: add scale=tiny_<study> (e.g. scale=tiny_test); these settings are the "
+            f"verl study's (eval.families={list(cfg.eval.families or ())})"
         )
     if cfg.task != "train":
         raise ConfigError(f"task={cfg.task}: the verl backend runs RL (task=train) only")
@@ -78,12 +102,12 @@ def validate(cfg: RunConfig) -> None:
             raise ConfigError(
                 f"{key}={recipe}: the verl backend cannot run this recipe: {decl.verl_refusal}"
             )
+    known = TINY_FAMILIES if tiny else BENCHMARKS
     if cfg.eval.families is not None:
-        unknown = sorted(set(cfg.eval.families) - set(BENCHMARKS))
+        unknown = sorted(set(cfg.eval.families) - set(known))
         if unknown or not cfg.eval.families:
-            raise ConfigError(
-                f"eval.families: unknown {unknown}; the benchmarks: {list(BENCHMARKS)}"
-            )
+            what = "the tiny task families" if tiny else "the benchmarks"
+            raise ConfigError(f"eval.families: unknown {unknown}; {what}: {list(known)}")
     if cfg.eval.precision != "rollout":
         raise ConfigError(
             "eval.precision=training: verl validates with its rollout engine (vLLM); "
@@ -114,12 +138,18 @@ def validate(cfg: RunConfig) -> None:
             "verl that loss is verl's own, whose config cannot carry fp8rl's shadow settings; "
             "use clipping.loss=calibrated_clip (the same loss at standard bounds)"
         )
-    model = get_model(cfg.model.preset)
-    if MAX_PROMPT_LENGTH + r.max_new_tokens > model.max_position:
+    prompt = prompt_length(cfg.model.preset)
+    context = TINY_PRESETS[cfg.model.preset] if tiny else get_model(cfg.model.preset).max_position
+    if prompt + r.max_new_tokens > context:
         raise ConfigError(
-            f"rollout.max_new_tokens={r.max_new_tokens} plus {MAX_PROMPT_LENGTH} prompt tokens "
-            f"exceeds {cfg.model.preset}'s context of {model.max_position}"
+            f"rollout.max_new_tokens={r.max_new_tokens} plus {prompt} prompt tokens "
+            f"exceeds {cfg.model.preset}'s context of {context}"
         )
+
+
+def prompt_length(preset: str) -> int:
+    """``data.max_prompt_length`` of a model: 1024 (the benchmarks), 64 for a tiny model."""
+    return TINY_PROMPT_LENGTH if is_tiny(preset) else MAX_PROMPT_LENGTH
 
 
 def resolve_config(cfg: RunConfig) -> ResolvedConfig:
@@ -127,10 +157,14 @@ def resolve_config(cfg: RunConfig) -> ResolvedConfig:
     every benchmark for ``eval.families``), unused settings reset (``unused``: what was
     reset, with why). Idempotent."""
     validate(cfg)
-    resolved, unused = resolve(cfg, default_block_size=DEFAULT_BLOCK_SIZE, families=BENCHMARKS)
+    tiny = is_tiny(cfg.model.preset)
+    families = TINY_FAMILIES if tiny else BENCHMARKS
+    resolved, unused = resolve(cfg, default_block_size=DEFAULT_BLOCK_SIZE, families=families)
     default = RunConfig()
     changes: dict[str, Any] = {}
     for key, why in UNUSED.items():
+        if tiny and key in TINY_READS:
+            continue
         value, given = _get(default, key), _get(resolved, key)
         if key not in ("backend.name", "algorithm.name") and given != value:
             if key != "eval.difficulties" or cfg.eval.difficulties is not None:

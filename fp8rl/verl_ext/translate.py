@@ -51,9 +51,10 @@ from typing import Any
 from fp8rl.config import ClusterConfig, ConfigError, RunConfig
 from fp8rl.numerics.registry import recipe_decl
 from fp8rl.rl.verl_registry import VERL_LOSS_NAMES
-from fp8rl.verl_ext.presets import get_model
+from fp8rl.verl_ext.cpu import ROLLOUT_NAME as CPU_ROLLOUT
+from fp8rl.verl_ext.presets import get_model, is_tiny
 from fp8rl.verl_ext.rollout_quant import VllmRolloutFormat
-from fp8rl.verl_ext.settings import DEFAULT_BLOCK_SIZE, MAX_PROMPT_LENGTH
+from fp8rl.verl_ext.settings import DEFAULT_BLOCK_SIZE, prompt_length
 from fp8rl.verl_ext.trainer_plugin import ENV_VAR as TRAINER_ENV_VAR
 from fp8rl.verl_ext.trainer_plugin import TRAINER_MODE
 
@@ -122,6 +123,16 @@ class RunFiles:
     def command_file(self) -> Path:
         return self.verl_dir / "command.sh"
 
+    @property
+    def model_dir(self) -> Path:
+        """A tiny model's Hugging Face export (``scripts/verl_prepare_tiny.py``)."""
+        return self.verl_dir / "model"
+
+    @property
+    def run_config(self) -> Path:
+        """The resolved run config, for the tiny world's data and model preparation."""
+        return self.verl_dir / "run_config.json"
+
     def train_file(self) -> Path:
         return self.data_dir / "train.parquet"
 
@@ -145,6 +156,7 @@ class VerlLaunch:
     hooks: tuple[str, ...] = ()
     benchmarks: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    tiny: bool = False  # a tiny model: its data and base come from the tiny world
 
     def command(self, python: str = "python") -> list[str]:
         return [python, "-m", ENTRY_POINT, *self.overrides]
@@ -226,13 +238,15 @@ def translate(
     workers_env: dict[str, str] = {}  # the driver's and every Ray worker's
     _trainer(o, cfg, cluster, files, experiment, run_id)
     _data(o, cfg, files)
-    _model(o, cfg, cluster)
+    _model(o, cfg, cluster, files)
     _algorithm(o, cfg)
     _actor(o, cfg, cluster, hooks)
     _loss(o, cfg, hooks, workers_env)
     _rollout(o, cfg, cluster, hooks, notes, workers_env)
     _validation(o, cfg)
     _reward(o, cfg)
+    if cluster.device == "cpu":
+        _cpu(o, cluster, workers_env, notes)
     for name, value in sorted(workers_env.items()):
         o.add(f"{RAY_ENV}.{name}", value)
     overrides = (*o.render(), *cluster.extra_overrides)
@@ -240,8 +254,10 @@ def translate(
     env = {"VERL_FILE_LOGGER_PATH": str(files.file_logger), **workers_env}
     if cluster.ray_address:
         env["RAY_ADDRESS"] = cluster.ray_address
-    benchmarks = tuple(cfg.eval.families or ()) if cfg.eval.every else ()
-    return VerlLaunch(overrides, env, tuple(dict.fromkeys(hooks)), benchmarks, tuple(notes))
+    tiny = is_tiny(cfg.model.preset)
+    benchmarks = tuple(cfg.eval.families or ()) if cfg.eval.every and not tiny else ()
+    hooks_used = tuple(dict.fromkeys(hooks))
+    return VerlLaunch(overrides, env, hooks_used, benchmarks, tuple(notes), tiny)
 
 
 def _trainer(
@@ -254,7 +270,7 @@ def _trainer(
 ) -> None:
     t, ev = cfg.train, cfg.eval
     o.set("trainer.use_v1", True)  # the V1 trainer keeps a custom loss in bypass mode
-    o.set("trainer.device", "cuda")
+    o.set("trainer.device", cluster.device)
     o.set("trainer.nnodes", cluster.nnodes)
     o.set("trainer.n_gpus_per_node", cluster.gpus_per_node)
     o.set("trainer.project_name", PROJECT)
@@ -285,17 +301,20 @@ def _data(o: _Overrides, cfg: RunConfig, files: RunFiles) -> None:
     o.set("data.prompt_key", "prompt")
     o.set("data.reward_fn_key", "data_source")
     o.set("data.train_batch_size", r.prompts_per_step)
-    o.set("data.max_prompt_length", MAX_PROMPT_LENGTH)
+    o.set("data.max_prompt_length", prompt_length(cfg.model.preset))
     o.set("data.max_response_length", r.max_new_tokens)
     o.set("data.filter_overlong_prompts", True)
     o.set("data.truncation", "error")
-    o.set("data.shuffle", True)
+    o.set("data.shuffle", not is_tiny(cfg.model.preset))  # tiny: each step's draw, in order
     o.set("data.seed", cfg.seed)
 
 
-def _model(o: _Overrides, cfg: RunConfig, cluster: ClusterConfig) -> None:
-    get_model(cfg.model.preset)  # a known model (settings.validate)
-    o.set("actor_rollout_ref.model.path", cluster.model_path or cfg.model.preset)
+def _model(o: _Overrides, cfg: RunConfig, cluster: ClusterConfig, files: RunFiles) -> None:
+    if is_tiny(cfg.model.preset):  # the tiny base, exported into the run by the launcher
+        o.set("actor_rollout_ref.model.path", str(files.model_dir))
+    else:
+        get_model(cfg.model.preset)  # a known model (settings.validate)
+        o.set("actor_rollout_ref.model.path", cluster.model_path or cfg.model.preset)
     o.set("actor_rollout_ref.model.use_remove_padding", True)
     o.set("actor_rollout_ref.model.enable_gradient_checkpointing", True)
 
@@ -393,7 +412,7 @@ def _rollout(
 ) -> None:
     r, g = cfg.rollout, cfg.granularity
     ro = "actor_rollout_ref.rollout"
-    o.set(f"{ro}.name", "vllm")
+    o.set(f"{ro}.name", CPU_ROLLOUT if cluster.device == "cpu" else "vllm")
     o.set(f"{ro}.n", r.n_samples)
     o.set(f"{ro}.temperature", r.temperature)
     o.set(f"{ro}.tensor_model_parallel_size", cluster.rollout_tp)
@@ -461,6 +480,41 @@ def _reward(o: _Overrides, cfg: RunConfig) -> None:
         o.add(f"{kw}.overlong_buffer_cfg.penalty_factor", a.overlong_penalty_factor)
         o.add(f"{kw}.overlong_buffer_cfg.log", True)
         o.add(f"{kw}.max_resp_len", cfg.rollout.max_new_tokens)
+
+
+#: What every verl process on the CPU needs (fp8rl.verl_ext.cpu): the CPU platform, our
+#: module loaded by verl itself, and verl's engine lookup pointed at its FSDP engine.
+CPU_ENV = {
+    "VERL_PLATFORM": "cpu",
+    "VERL_USE_EXTERNAL_MODULES": "fp8rl.verl_ext.cpu",
+    "VERL_ENGINE_DEVICE": "cuda",
+    "VERL_ENGINE_VENDOR": "nvidia",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def _cpu(
+    o: _Overrides, cluster: ClusterConfig, workers_env: dict[str, str], notes: list[str]
+) -> None:
+    """verl's real trainer on this CPU (``cluster=local_cpu``; fp8rl.verl_ext.cpu)."""
+    act = "actor_rollout_ref.actor"
+    o.add("actor_rollout_ref.model.override_config.attn_implementation", "sdpa")
+    o.set(f"{act}.use_torch_compile", False)
+    o.set(f"{act}.fsdp_config.use_torch_compile", False)
+    o.set("actor_rollout_ref.rollout.agent.num_workers", 1)
+    o.set("data.dataloader_num_workers", 0)  # no loader processes beside the Ray actors
+    if cluster.ray_cpus is not None:
+        o.set("ray_kwargs.ray_init.num_cpus", cluster.ray_cpus)
+    o.add("ray_kwargs.ray_init.num_gpus", cluster.gpus_per_node)  # verl's pools ask for "GPU"
+    if cluster.storage_units is not None:
+        o.set("transfer_queue.backend.SimpleStorage.num_data_storage_units", cluster.storage_units)
+    if cluster.reward_workers is not None:
+        o.set("reward.num_workers", cluster.reward_workers)
+    workers_env.update(CPU_ENV)
+    notes.append(
+        "on CPU: fp8rl's CPU platform and CPU rollout server (fp8rl.verl_ext.cpu, "
+        f"rollout.name={CPU_ROLLOUT}), one trainer process (gloo), a local Ray"
+    )
 
 
 def _nested(a: str, b: str) -> bool:

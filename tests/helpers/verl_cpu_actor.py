@@ -14,7 +14,7 @@ metrics, the bounds.
 
 :func:`reference` computes the same steps without verl: the Hugging Face model from the same
 directory converted by ``fp8rl.numerics.apply_fp8_training`` (what the tiny trainer does),
-log-probs by ``fp8rl.tiny.sampler.response_log_probs``, the BF16 shadow under
+log-probs by ``fp8rl.sampling.sampler.response_log_probs``, the BF16 shadow under
 ``fp8rl.numerics.high_precision``, the loss ``fp8rl.rl.losses.compute_policy_loss_calibrated_clip``
 with verl's global-batch normalisation, AdamW and gradient clipping as verl configures them,
 and ``fp8rl.rl.Calibrator`` on every rank's tokens concatenated - with the micro-batches of
@@ -298,7 +298,7 @@ def reference(case: ActorCase, model_dir: Path) -> Reference:
         PolicyLossOptions,
         compute_policy_loss_calibrated_clip,
     )
-    from fp8rl.tiny.sampler import response_log_probs
+    from fp8rl.sampling.sampler import response_log_probs
 
     model = Qwen3ForCausalLM.from_pretrained(
         model_dir, torch_dtype=torch.float32, attn_implementation="sdpa"

@@ -19,8 +19,8 @@ import yaml
 
 from fp8rl.config import ConfigError, RunConfig, override
 from fp8rl.runs import RunPruned, RunStore
+from fp8rl.sampling.sampler import response_log_probs, score
 from fp8rl.tiny.batch import pad
-from fp8rl.tiny.sampler import response_log_probs, score
 from fp8rl.tiny.settings import resolve_config
 from fp8rl.tiny.sft import build_base_model
 from fp8rl.tiny.train import train

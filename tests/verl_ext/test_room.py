@@ -16,6 +16,7 @@ ALLOWED = (
     "fp8rl.verl_ext",
     "fp8rl.config",
     "fp8rl.numerics",
+    "fp8rl.sampling",
     "fp8rl.rl",
     "fp8rl.rewards",
     "fp8rl.runs",

@@ -1,0 +1,101 @@
+"""``cluster=local_cpu`` with a tiny model on the verl backend, checked offline: the
+translation composes with verl's own config and selects fp8rl's CPU platform and rollout;
+the tiny world the verl room restates equals the tiny room's; the cluster keys stay out of
+the run id; the launcher stops every process verl's session leaves behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fp8rl.config import ClusterConfig, ConfigError
+from fp8rl.experiments.backends import resolve_run
+from fp8rl.experiments.compose import Composer, expand_grid
+from fp8rl.verl_ext.backend import VerlBackend
+from fp8rl.verl_ext.launch import session_processes, stop_session
+from fp8rl.verl_ext.presets import TINY_FAMILIES, TINY_PRESETS, TINY_PROMPT_LENGTH
+from fp8rl.verl_ext.translate import CPU_ENV, VerlLaunch
+from fp8rl.verl_ext.verl_config import build_verl_config, compose_verl_config
+
+CPU = ("model=tiny-test", "scale=tiny_test", "cluster=local_cpu")
+
+
+def launches(*args: str) -> list[tuple[list[str], VerlLaunch]]:
+    """The grid points of ``+experiment=<args[0]> backend=verl <args[1:]>`` and their
+    launches (as tests/verl_ext/test_verl_config.py builds them)."""
+    out = []
+    with Composer() as compose:
+        for point in expand_grid([f"+experiment={args[0]}", "backend=verl", *args[1:]], compose):
+            r = resolve_run(compose(point))
+            run_dir = Path("/cluster/runs") / r.experiment.experiment_name / "0123456789abcdef"
+            out.append((point, VerlBackend().launch(r.config, r.experiment, run_dir)))
+    return out
+
+
+def check_built(launch: VerlLaunch) -> object:
+    # without the CPU platform's variables: verl picks its platform once per process, and
+    # this process's other tests build verl's configs for the GPU
+    env = {k: v for k, v in launch.env.items() if k not in CPU_ENV}
+    built = build_verl_config(compose_verl_config(launch.overrides), env=env)
+    assert type(built.actor).__name__ == "FSDPActorConfig"
+    assert built.reward_fn is not None
+    return built
+
+
+def test_the_tiny_world_restated_for_verl_is_the_tiny_rooms() -> None:
+    from fp8rl.tiny.model import PRESETS
+    from fp8rl.tiny.settings import PROMPT_BUDGET
+    from fp8rl.tiny.tasks import FAMILIES
+
+    assert TINY_PRESETS == {n: p.max_position_embeddings for n, p in PRESETS.items()}
+    assert TINY_FAMILIES == FAMILIES
+    assert TINY_PROMPT_LENGTH == PROMPT_BUDGET
+
+
+def test_a_tiny_model_on_the_cpu_translates_to_fp8rls_cpu_platform_and_rollout() -> None:
+    (_, launch), *_ = launches("test", *CPU, "granularity=blockwise", "clipping=calibrated")
+    ov = dict(o.lstrip("+").split("=", 1) for o in launch.overrides)
+    assert ov["actor_rollout_ref.rollout.name"] == "fp8rl_cpu"
+    assert ov["trainer.device"] == "cpu"
+    assert ov["actor_rollout_ref.model.path"].endswith("/verl/model")
+    assert ov["actor_rollout_ref.rollout.quantization"] == "fp8"  # 128x128 blocks
+    assert ov["transfer_queue.backend.SimpleStorage.num_data_storage_units"] == "1"
+    assert ov["ray_kwargs.ray_init.num_gpus"] == "1"
+    assert launch.env["VERL_PLATFORM"] == "cpu"
+    assert launch.env["VERL_USE_EXTERNAL_MODULES"] == "fp8rl.verl_ext.cpu"
+    assert ov["ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM"] == "cpu"
+    assert launch.tiny and launch.benchmarks == ()
+    built = check_built(launch)
+    assert built.rollout.name == "fp8rl_cpu"
+
+
+def test_the_cluster_is_never_in_the_run_id() -> None:
+    from fp8rl.runs.ids import run_id_for as run_id
+
+    with Composer() as compose:
+        gpu = resolve_run(compose(["+experiment=test", "backend=verl", "model=tiny-test",
+                                   "scale=tiny_test"]))  # fmt: skip
+        cpu = resolve_run(compose(["+experiment=test", "backend=verl", *CPU]))
+    assert cpu.experiment.cluster.device == "cpu" and gpu.experiment.cluster.device == "cuda"
+    assert run_id(cpu.config.to_dict()) == run_id(gpu.config.to_dict())
+
+
+def test_the_cpu_cluster_is_one_process() -> None:
+    with pytest.raises(ConfigError, match="one trainer process"):
+        ClusterConfig(device="cpu", gpus_per_node=2)
+
+
+def test_stop_session_leaves_no_process_of_verls_session() -> None:
+    code = "import subprocess, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    deadline = time.monotonic() + 10
+    while len(session_processes(proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(session_processes(proc.pid)) == 2  # the driver and its child
+    stopped = stop_session(proc.pid, grace_s=5)
+    proc.wait(timeout=5)
+    assert len(stopped) == 2 and session_processes(proc.pid) == []
