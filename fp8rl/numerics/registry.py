@@ -208,7 +208,9 @@ _MX_VERL = (
     "the MX element formats are emulated in fp8rl's numerics only; fp8rl's FP8 FSDP engine "
     "and vLLM rollout run E4M3/E5M2 (TorchAO's MX training, on Blackwell GPUs, is not wired in)"
 )
-#: Emulated MX recipes: the same emulated GEMM path as blockwise (not measured separately).
+#: Emulated MX recipes: blockwise's prior (an 8-step measurement put their update at
+#: 0.95-1.33x BF16's, BENCHMARKS.md "FP16 and the MX recipes"; the cost model learns the
+#: real speed from runs in flight).
 _MX_STEP_FACTOR = 1.8
 
 
