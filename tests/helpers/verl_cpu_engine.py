@@ -16,9 +16,9 @@ optimizer step) on a left/right-padded batch converted as verl's trainer convert
 what happened as JSON. What it takes to run on CPU (each is verl's own extension point, no
 edit of verl):
 
-1. a CPU platform registered in verl's ``PlatformRegistry`` and selected with
-   ``VERL_PLATFORM=cpu`` (verl's auto-detection falls back to CUDA and calls
-   ``torch.cuda.set_device``);
+1. a CPU platform registered in verl's ``PlatformRegistry`` (fp8rl's own,
+   ``fp8rl.verl_ext.cpu``) and selected with ``VERL_PLATFORM=cpu`` (verl's auto-detection
+   falls back to CUDA and calls ``torch.cuda.set_device``);
 2. ``VERL_ENGINE_DEVICE=cuda`` / ``VERL_ENGINE_VENDOR=nvidia``: the engine registry has the
    FSDP engine under ``cuda``/``npu`` only;
 3. ``strategy=fsdp2``: FSDP1 (``fsdp``) refuses CPU modules with ``sync_module_states``;
@@ -28,13 +28,11 @@ edit of verl):
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
 import tempfile
 import time
-import types
 from functools import partial
 from pathlib import Path
 
@@ -51,86 +49,11 @@ ENV = {
 
 
 def register_cpu_platform() -> None:
-    """verl's platform abstraction, implemented for the CPU (a no-op device module)."""
-    import torch
-    from verl.plugin.platform.platform_base import PlatformBase
-    from verl.plugin.platform.platform_manager import PlatformRegistry
+    """verl's platform abstraction, implemented for the CPU: fp8rl's own registration
+    (``fp8rl.verl_ext.cpu``, what a verl run on CPU loads), idempotent."""
+    from fp8rl.verl_ext.cpu import register
 
-    nothing = lambda *a, **k: None  # noqa: E731
-    zero = lambda *a, **k: 0  # noqa: E731
-    device = types.SimpleNamespace(
-        synchronize=nothing, empty_cache=nothing, manual_seed=torch.manual_seed,
-        manual_seed_all=torch.manual_seed, max_memory_allocated=zero, max_memory_reserved=zero,
-        memory_allocated=zero, memory_reserved=zero, is_available=lambda: True,
-        current_device=lambda: "cpu", device_count=lambda: 1, set_device=nothing,
-        mem_get_info=lambda *a: (0, 0), reset_peak_memory_stats=nothing,
-        get_device_name=lambda *a: "CPU",  # verl's FLOPs counter (TrainingWorker's mfu)
-        get_rng_state=torch.get_rng_state, set_rng_state=torch.set_rng_state,  # checkpoints
-    )  # fmt: skip
-
-    @PlatformRegistry.register(platform="cpu")
-    class PlatformCPU(PlatformBase):
-        device_name = "cpu"
-        vendor_name = "cpu"
-        device_module = device
-
-        def is_available(self):
-            return True
-
-        def current_device(self):
-            return "cpu"
-
-        def device_count(self):
-            return 1
-
-        def set_device(self, index):
-            pass
-
-        def synchronize(self, index=None):
-            pass
-
-        def manual_seed(self, seed):
-            torch.manual_seed(seed)
-
-        def manual_seed_all(self, seed):
-            torch.manual_seed(seed)
-
-        def set_allocator_settings(self, settings):
-            pass
-
-        def empty_cache(self):
-            pass
-
-        def get_device_capability(self, index=0):
-            return (None, None)
-
-        def communication_backend_name(self):
-            return "gloo"
-
-        def visible_devices_envvar(self):
-            return "CUDA_VISIBLE_DEVICES"
-
-        def profiler_start(self):
-            pass
-
-        def profiler_stop(self):
-            pass
-
-        def ray_resource_name(self):
-            return "CPU"
-
-        def ray_noset_envvars(self):
-            return []
-
-        def is_ipc_supported(self):
-            return False
-
-        def cudart(self):
-            return None
-
-        @contextlib.contextmanager
-        def nvtx_range(self, msg):
-            yield
+    register()
 
 
 def tiny_model_dir(path: str | None = None) -> str:
