@@ -16,10 +16,7 @@
 * :mod:`.stats` — amax, scales, saturation and underflow, per layer.
 """
 
-import importlib
-from typing import Any
-
-from fp8rl import _quiet
+from fp8rl import _quiet, lazy_exports
 
 _quiet.install()  # before torchao is imported: its CUDA-only kernels cannot load on CPU
 
@@ -69,14 +66,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -7,8 +7,7 @@ verl's plugin entry point, is the only module that imports verl). The method, wi
 equations, is written up in ``docs/method.md``.
 """
 
-import importlib
-from typing import Any
+from fp8rl import lazy_exports
 
 #: Public name -> the submodule that defines it. Imported on first use (PEP 562), so the
 #: torch-free settings (``fp8rl.rl.settings``: the option lists and the calibration knobs
@@ -65,14 +64,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
