@@ -30,7 +30,7 @@ the report says so in a warning at its top.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -59,7 +59,7 @@ from fp8rl.analysis.verdicts import (
     posthoc_verdicts,
     verdicts_markdown,
 )
-from fp8rl.runs import RunStore, atomic_write_text
+from fp8rl.runs import RunInfo, RunStore, atomic_write_text
 
 __all__ = [
     "ProtocolCheck",
@@ -133,15 +133,19 @@ def _time(text: str | None) -> datetime | None:
         return None
 
 
+def _started_runs(source: RunStore | Path | str, experiment: str) -> Iterator[RunInfo]:
+    """The current runs of ``experiment`` that have started (a ``provenance.json``)."""
+    for info in as_store(source).list_runs(experiment):
+        if not info.stale and info.provenance:
+            yield info
+
+
 def run_starts(source: RunStore | Path | str, experiment: str) -> pd.DataFrame:
     """Every attempt of every current run of ``experiment`` from its ``provenance.json``:
     ``run_id, started_at`` (ISO text), ``commit`` (the code's git commit, None outside a
     work tree); earlier attempts included, stale runs and runs never started left out."""
-    store = as_store(source)
     rows = []
-    for info in store.list_runs(experiment):
-        if info.stale or not info.provenance:
-            continue
+    for info in _started_runs(source, experiment):
         prov = info.provenance
         for attempt in [*(prov.get("previous_attempts") or []), prov]:
             git = attempt.get("git") or {}
@@ -154,11 +158,8 @@ def code_and_hardware(source: RunStore | Path | str, experiment: str) -> pd.Data
     runs' ``provenance.json`` (its latest attempt): the CPU models, the commits, how many
     runs came from an uncommitted tree (``dirty``; known by a hash of their diff only before
     runs stored the diff itself) and the runs counted."""
-    store = as_store(source)
     rows = []
-    for info in store.list_runs(experiment):
-        if info.stale or not info.provenance:
-            continue
+    for info in _started_runs(source, experiment):
         prov = info.provenance
         git, hw = prov.get("git") or {}, prov.get("hardware") or {}
         seed = (prov.get("seeds") or {}).get("seed", info.config.get("seed"))
