@@ -95,9 +95,10 @@ class TinyCost:
         """Without a measured run: the preset's BF16 step, scaled by the batch's tokens and
         the precision's factor."""
         r, g = self.cfg.rollout, self.cfg.granularity
-        factor = recipe_decl(g.training).tiny_step_factor
-        if factor == 1.0 and g.rollout:
-            factor = FP8_ROLLOUT_FACTOR
+        decl = recipe_decl(g.training)
+        factor = decl.tiny_step_factor
+        if not decl.is_fp8 and g.rollout:  # an FP8 rollout beside high-precision training
+            factor *= FP8_ROLLOUT_FACTOR
         tokens = r.prompts_per_step * r.n_samples * r.max_new_tokens
         return (
             DEFAULT_STEP_S.get(self.cfg.model.preset, 1.0) * factor * tokens / DEFAULT_BATCH_TOKENS

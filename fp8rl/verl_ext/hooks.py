@@ -54,6 +54,7 @@ __all__ = [
     "CalibratedClippingConfig",
     "FP8EngineConfig",
     "FP8RolloutConfig",
+    "engine_recipes",
 ]
 
 #: Hook name -> what fp8rl adds to verl 0.9.1 for it.
@@ -74,9 +75,17 @@ IMPLEMENTATIONS: dict[str, str] = {
     "calibrated_clipping": "fp8rl.verl_ext.calibrated_actor",
     "rollout_scaling": "fp8rl.verl_ext.vllm_rollout",
 }
+
+
 #: ``fp8rl_recipe`` values that convert the engine (``bf16`` is verl's own training): every
 #: registered recipe whose declaration names one (``fp8rl.numerics.registry``, ``verl``).
-FP8_RECIPES: tuple[str, ...] = tuple(d.verl for d in RECIPES.values() if d.verl)
+def engine_recipes() -> tuple[str, ...]:
+    """The registered recipes fp8rl's FP8 engine runs, read when asked (a recipe registered
+    after import included)."""
+    return tuple(d.verl for d in RECIPES.values() if d.verl)
+
+
+FP8_RECIPES: tuple[str, ...] = engine_recipes()
 
 
 @dataclass
@@ -104,10 +113,10 @@ class FP8EngineConfig(FSDPEngineConfig):
             if self.fp8rl_lm_head:
                 raise ValueError(
                     "fsdp_config.fp8rl_lm_head=true needs an FP8 fp8rl_recipe (one of "
-                    f"{FP8_RECIPES}); with bf16 there is no FP8 LM head to train"
+                    f"{engine_recipes()}); with bf16 there is no FP8 LM head to train"
                 )
             return None
-        fp8_recipes = tuple(d.verl for d in RECIPES.values() if d.verl)  # registered since
+        fp8_recipes = engine_recipes()
         if self.fp8rl_recipe not in fp8_recipes:
             raise ValueError(
                 f"fsdp_config.fp8rl_recipe={self.fp8rl_recipe!r}: choose bf16 or one of "
