@@ -92,7 +92,7 @@ from rich.progress import (
 )
 
 from fp8rl.experiments.backends import resolve_run
-from fp8rl.experiments.compose import Composer
+from fp8rl.experiments.compose import Composer, with_world_scale
 from fp8rl.experiments.dispatch import run_one
 from fp8rl.experiments.grid import GridPlan, one_line
 from fp8rl.experiments.lm_eval_stage import StageJob, plan_stage, run_stage, stage_table
@@ -435,7 +435,7 @@ def run_grid_or_run(args: HarnessArgs) -> int:
             os.environ["HYDRA_FULL_ERROR"] = "1"
         # Hydra reads the command line without our flags (sweeps/ is on its search path
         # through config.yaml's hydra.searchpath); its parser would refuse them.
-        sys.argv = [sys.argv[0], *args.rest]
+        sys.argv = [sys.argv[0], *with_world_scale(args.rest)]  # a tiny model's scale
         try:
             main()
         except GridStop as stop:

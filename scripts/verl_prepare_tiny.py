@@ -11,9 +11,12 @@ Reads the resolved run config (``RunConfig.to_dict`` JSON) and writes
   the cache, as the tiny backend does: ``fp8rl.tiny.sft.build_base_model``), its FP32 master
   weights and the tiny tokenizer, plus a chat template that renders the prompt as it is (verl's
   agent loop applies one; the tiny prompts are ``fp8rl.rewards.format_prompt`` text already);
+- every row's ``extra_info.max_tokens``: its response cap (``rollout.max_new_tokens`` for
+  training rows, ``eval.max_new_tokens`` for held-out ones; ``fp8rl.verl_ext.agent_loop``);
 - ``<out>/data/train.parquet``: ``steps`` rounds of ``rollout.prompts_per_step`` problems of
   the training mix (``rollout.difficulties``), each round drawn with the tiny backend's
   per-step seed; ``<out>/data/val_<family>.parquet``: each ``eval.families`` held-out set
+  (null: every tiny family)
   (its first ``eval.limit`` items), with verl's fields (``fp8rl.verl_ext.data``'s schema,
   ``data_source`` = the family).
 
@@ -36,18 +39,21 @@ from fp8rl.tiny.batch import derived_seed
 from fp8rl.tiny.settings import sft_config
 from fp8rl.tiny.sft import build_base_model
 from fp8rl.tiny.tasks import Problem, make_eval_set, training_mix
+from fp8rl.verl_ext.presets import TINY_CAP_KEY
+from fp8rl.verl_ext.translate import eval_families
 
 #: Renders the one user message as it is (no role markers: the tiny model never saw any).
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 
 
-def _row(p: Problem, split: str, index: int) -> dict[str, Any]:
+def _row(p: Problem, split: str, index: int, max_tokens: int) -> dict[str, Any]:
     return {
         "data_source": p.family,
         "prompt": [{"role": "user", "content": p.prompt}],
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": p.answer},
-        "extra_info": {"split": split, "index": index, "id": p.id},
+        # the row's response cap (fp8rl.verl_ext.agent_loop: verl has one response length)
+        "extra_info": {"split": split, "index": index, "id": p.id, TINY_CAP_KEY: max_tokens},
     }
 
 
@@ -67,12 +73,13 @@ def prepare(cfg: RunConfig, out: Path, cache_dir: Path | None = None) -> dict[st
     for step in range(1, cfg.steps + 1):
         seed = derived_seed(cfg.seed, step, 0)
         for p in training_mix(r.prompts_per_step, seed, difficulties=r.difficulties):
-            rows.append(_row(p, "train", len(rows)))
+            rows.append(_row(p, "train", len(rows), r.max_new_tokens))
     pd.DataFrame(rows).to_parquet(data / "train.parquet")
     sizes = {"train": len(rows)}
-    for family in cfg.eval.families or ():
+    for family in eval_families(cfg) if cfg.eval.every else ():
         items = make_eval_set(family)[: cfg.eval.limit]
-        frame = pd.DataFrame([_row(p, "test", i) for i, p in enumerate(items)])
+        cap = cfg.eval.max_new_tokens
+        frame = pd.DataFrame([_row(p, "test", i, cap) for i, p in enumerate(items)])
         frame.to_parquet(data / f"val_{family}.parquet")
         sizes[family] = len(items)
     return {"base": str(base.path), "model": str(model_dir), "rows": sizes}

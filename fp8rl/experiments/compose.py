@@ -60,6 +60,7 @@ __all__ = [
     "grid_points",
     "repo_path",
     "sweep_params",
+    "with_world_scale",
 ]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,6 +69,32 @@ CONF_DIR = REPO / "experiments" / "conf"
 SWEEPS_DIR = REPO / "sweeps"
 #: The config group of the second root (``+sweep=<name>``: ``sweeps/sweep/<name>.yaml``).
 SWEEP_GROUP = "sweep"
+#: A model option whose name starts so is a model of the tiny world (``model/tiny-*.yaml``,
+#: ``model/tiny_<study>.yaml``): its study settings are ``scale/tiny_<study>.yaml`` on
+#: every backend (:func:`with_world_scale`).
+TINY_MODEL_PREFIX = "tiny"
+#: The scale a tiny model's run takes when the command names no scale (``config.yaml``
+#: selects ``${backend}_${study}``; ``${study}`` resolves in the defaults list).
+TINY_SCALE = "scale=tiny_${study}"
+
+
+def with_world_scale(overrides: Sequence[str]) -> list[str]:
+    """``overrides`` with ``scale=tiny_${study}`` added where they choose a tiny model
+    (``model=tiny-*``, one value) and no scale: a tiny model's study settings are the tiny
+    scale's on every backend, so ``backend=verl model=tiny-test`` resolves to the same run
+    config as ``backend=tiny model=tiny-test`` but for ``backend.name``. Hydra cannot let a
+    model option choose the scale (a defaults-list override inside an interpolated group,
+    and the model is one in every study preset, is refused), so the command line gets it.
+    On ``backend=tiny`` this is the scale the defaults list selects anyway. Idempotent."""
+    out = list(overrides)
+    keys = {o.split("=", 1)[0].lstrip("+~") for o in out if "=" in o}
+    if "scale" in keys:
+        return out
+    for o in out:
+        key, _, value = o.partition("=")
+        if key == "model" and value.startswith(TINY_MODEL_PREFIX) and "," not in value:
+            return [*out, TINY_SCALE]
+    return out
 
 
 def repo_path(relative: str = "") -> str:
@@ -126,10 +153,11 @@ class Composer:
         *,
         return_hydra_config: bool = False,
     ) -> DictConfig:
+        overrides = with_world_scale(overrides)
         try:
             cfg = hydra_compose(
                 config_name,
-                overrides=list(overrides),
+                overrides=overrides,
                 return_hydra_config=return_hydra_config,
             )
         except (HydraException, OmegaConfBaseException) as exc:
@@ -265,7 +293,8 @@ def grid_points(overrides: list[Override]) -> list[list[str]]:
     """The cross product of parsed overrides, as Hydra's basic sweeper forms it
     (``BasicSweeper.split_arguments`` without batching): one axis per key in the order the
     key first appears, a later override of the same key replacing its values; a plain
-    override is a one-value axis; the last axis varies fastest. Raises HydraException on
+    override is a one-value axis; the last axis varies fastest; each point then takes
+    :func:`with_world_scale` (a tiny model's scale). Raises HydraException on
     a sweep that cannot be enumerated (``interval(...)``), as the basic sweeper does."""
     axes: dict[str, list[str]] = {}
     for override in overrides:
@@ -277,7 +306,7 @@ def grid_points(overrides: list[Override]) -> list[list[str]]:
         else:
             kind = override.value_type.name if override.value_type else "?"
             raise HydraException(f"a grid cannot enumerate {kind} sweeps: {override.input_line}")
-    return [list(point) for point in itertools.product(*axes.values())]
+    return [with_world_scale(point) for point in itertools.product(*axes.values())]
 
 
 def expand_grid(

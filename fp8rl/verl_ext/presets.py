@@ -12,6 +12,7 @@ cluster layout) are not here but in ``experiments/conf/scale/verl_<study>.yaml``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = [
     "PRESETS",
@@ -75,6 +76,13 @@ TINY_FAMILIES: tuple[str, ...] = (
 )  # fmt: skip
 #: Prompt positions of a tiny prompt (= ``fp8rl.tiny.settings.PROMPT_BUDGET``).
 TINY_PROMPT_LENGTH = 64
+
+
+#: A tiny model's agent loop (``fp8rl.verl_ext.agent_loop``): its name in verl's registry, the
+#: registry file naming it, and the ``extra_info`` key of each row's response cap.
+TINY_AGENT_LOOP = "fp8rl_capped"
+TINY_AGENT_LOOPS = Path(__file__).with_name("agent_loops.yaml")
+TINY_CAP_KEY = "max_tokens"
 
 
 def is_tiny(preset: str) -> bool:

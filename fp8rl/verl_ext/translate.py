@@ -52,7 +52,13 @@ from fp8rl.config import ClusterConfig, ConfigError, RunConfig
 from fp8rl.numerics.registry import recipe_decl
 from fp8rl.rl.verl_registry import VERL_LOSS_NAMES
 from fp8rl.verl_ext.cpu import ROLLOUT_NAME as CPU_ROLLOUT
-from fp8rl.verl_ext.presets import get_model, is_tiny
+from fp8rl.verl_ext.presets import (
+    TINY_AGENT_LOOP,
+    TINY_AGENT_LOOPS,
+    TINY_FAMILIES,
+    get_model,
+    is_tiny,
+)
 from fp8rl.verl_ext.rollout_quant import VllmRolloutFormat
 from fp8rl.verl_ext.settings import DEFAULT_BLOCK_SIZE, prompt_length
 from fp8rl.verl_ext.trainer_plugin import ENV_VAR as TRAINER_ENV_VAR
@@ -245,6 +251,8 @@ def translate(
     _rollout(o, cfg, cluster, hooks, notes, workers_env)
     _validation(o, cfg)
     _reward(o, cfg)
+    if is_tiny(cfg.model.preset):
+        _tiny_agent_loop(o, cfg)
     if cluster.device == "cpu":
         _cpu(o, cluster, workers_env, notes)
     for name, value in sorted(workers_env.items()):
@@ -290,10 +298,39 @@ def _trainer(
     o.set("trainer.log_val_generations", 0)
 
 
+def eval_families(cfg: RunConfig) -> list[str]:
+    """The held-out sets a run validates on: ``eval.families``; for a tiny model, null is
+    every tiny family (as on the tiny backend)."""
+    if cfg.eval.families is None and is_tiny(cfg.model.preset):
+        return list(TINY_FAMILIES)
+    return list(cfg.eval.families or [])
+
+
+def response_length(cfg: RunConfig) -> int:
+    """verl's one response length (rollout and validation): the rollout's, or for a tiny
+    model that validates the larger of it and ``eval.max_new_tokens``, each row capped at
+    its own (``fp8rl.verl_ext.agent_loop``)."""
+    n = cfg.rollout.max_new_tokens
+    if is_tiny(cfg.model.preset) and cfg.eval.every:
+        n = max(n, cfg.eval.max_new_tokens)
+    return n
+
+
+def _tiny_agent_loop(o: _Overrides, cfg: RunConfig) -> None:
+    """A tiny model's rows carry their response caps: verl's single-turn loop that applies
+    them; a Dr. GRPO horizon stays the rollout's where the padded length grew."""
+    ag = "actor_rollout_ref.rollout.agent"
+    o.set(f"{ag}.default_agent_loop", TINY_AGENT_LOOP)
+    o.set(f"{ag}.agent_loop_config_path", str(TINY_AGENT_LOOPS))
+    norm = cfg.algorithm.loss_agg_mode == "seq-mean-token-sum-norm"
+    if norm and response_length(cfg) != cfg.rollout.max_new_tokens:
+        o.set("actor_rollout_ref.actor.loss_scale_factor", cfg.rollout.max_new_tokens)
+
+
 def _data(o: _Overrides, cfg: RunConfig, files: RunFiles) -> None:
     r = cfg.rollout
     o.set("data.train_files", str(files.train_file()))
-    families = cfg.eval.families or []
+    families = eval_families(cfg)
     # verl builds a validation loader even when it never validates (batch size = the dataset's
     # length, so an empty one fails): without evaluation it gets the training file, unused
     val = [str(files.val_file(b)) for b in families] if cfg.eval.every else [files.train_file()]
@@ -302,7 +339,7 @@ def _data(o: _Overrides, cfg: RunConfig, files: RunFiles) -> None:
     o.set("data.reward_fn_key", "data_source")
     o.set("data.train_batch_size", r.prompts_per_step)
     o.set("data.max_prompt_length", prompt_length(cfg.model.preset))
-    o.set("data.max_response_length", r.max_new_tokens)
+    o.set("data.max_response_length", response_length(cfg))
     o.set("data.filter_overlong_prompts", True)
     o.set("data.truncation", "error")
     o.set("data.shuffle", not is_tiny(cfg.model.preset))  # tiny: each step's draw, in order

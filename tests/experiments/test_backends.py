@@ -43,9 +43,10 @@ def test_the_tiny_backend_is_the_default_and_verl_is_available() -> None:
 
 
 def test_a_model_of_the_other_backend_is_refused_naming_the_presets() -> None:
-    # a tiny model is a verl model too (cluster=local_cpu), with the tiny study settings
-    with pytest.raises(ConfigError, match=r"tiny-s on the verl backend .* add scale=tiny_"):
-        resolve_run(compose(["backend=verl", "model=tiny-s"]))
+    # a tiny model is a verl model too (cluster=local_cpu), with the tiny study settings,
+    # which it selects by itself: a verl study's settings named with it are refused
+    with pytest.raises(ConfigError, match=r"tiny-s takes the tiny study .* drop scale=verl_"):
+        resolve_run(compose(["backend=verl", "model=tiny-s", "scale=verl_plain"]))
     with pytest.raises(ConfigError, match=r"model\.preset='tiny-xl': the verl backend knows"):
         resolve_run(compose(["backend=verl", "model.preset=tiny-xl"]))
     with pytest.raises(ConfigError, match=r"model\.preset='Qwen/Qwen3-8B-Base': the tiny backend"):

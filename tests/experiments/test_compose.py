@@ -96,12 +96,10 @@ def _cover(values: dict[str, list[str] | tuple[str, ...]]) -> list[dict[str, str
 
 def check_combination(composer: Composer, pick: dict[str, str]) -> None:
     cfg = composer([f"{g}={v}" for g, v in pick.items()])
-    known = TINY_MODELS if pick["backend"] == "tiny" else VERL_MODELS
+    # a tiny model is a verl model too (with the tiny study settings; cluster=local_cpu)
+    known = TINY_MODELS if pick["backend"] == "tiny" else VERL_MODELS + TINY_MODELS
     if pick["model"] not in known:
-        match = rf"the {pick['backend']} backend knows"
-        if pick["backend"] == "verl":  # a tiny model on verl takes the tiny study settings
-            match = r"add scale=tiny_<study>"
-        with pytest.raises(ConfigError, match=match):
+        with pytest.raises(ConfigError, match=rf"the {pick['backend']} backend knows"):
             to_run_config(cfg)
         return
     decl = RECIPES.get(pick["granularity"])
@@ -121,7 +119,8 @@ def check_combination(composer: Composer, pick: dict[str, str]) -> None:
     assert a.dynamic_sampling == (pick["algorithm"] == "dapo")
     assert (run.overlong_buffer is not None) == (pick["algorithm"] == "dapo")
     preset = cfg.model.preset  # the model file's (verl: the Hugging Face id)
-    assert run.model.preset == preset and (preset == pick["model"]) == (pick["backend"] == "tiny")
+    tiny_model = pick["model"] in TINY_MODELS
+    assert run.model.preset == preset and (preset == pick["model"]) == tiny_model
     calibrated = pick["clipping"] in ("calibrated", "lower_only")
     assert c.mode == ("calibrated" if calibrated else "standard")
     assert c.lower_only == (pick["clipping"] == "lower_only")
@@ -138,8 +137,8 @@ def test_every_pair_of_group_options_composes_and_builds() -> None:
             check_combination(composer, pick)
 
 
-def test_a_model_composes_only_on_its_backend() -> None:
-    # (a tiny model on verl composes with its own study settings: tests/verl_ext/test_cpu_launch.py)
+def test_a_verl_model_is_refused_on_tiny_and_a_tiny_model_builds_on_verl() -> None:
+    # (a tiny model on verl takes the tiny study settings: tests/verl_ext/test_cpu_launch.py)
     with Composer() as composer:
         for backend, models in (("tiny", VERL_MODELS), ("verl", TINY_MODELS)):
             for model in models:
@@ -293,7 +292,10 @@ def test_composition_refuses_with_hydras_reason(overrides: list[str], message: s
             ["rollout.max_new_tokens=1000"],
             r"rollout.max_new_tokens=1000 exceeds model 'tiny-s'.s budget",
         ),
-        (["backend=verl", "model=tiny-s"], r"tiny-s on the verl backend .* add scale=tiny_"),
+        (
+            ["backend=verl", "model=tiny-s", "scale=verl_plain"],
+            r"tiny-s takes the tiny study .* drop scale=verl_",
+        ),
         (["model=qwen3-8b-base"], r"model.preset='Qwen/Qwen3-8B-Base': the tiny backend knows"),
         (["clipping=calibrated", "clipping.loss=vanilla"], r"clipping.loss=vanilla clips at"),
     ],

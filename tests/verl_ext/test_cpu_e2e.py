@@ -1,8 +1,7 @@
 """verl's real V1 trainer with fp8rl inside, end to end on this CPU through fp8rl's own CLI:
-``python sweep.py +experiment=test backend=verl cluster=local_cpu model=tiny-test
-scale=tiny_test`` (translation, launch, verl on a local Ray, ingestion into the run store),
-and no process of that Ray left once it returns. Slow: ~2.5 minutes, mostly Ray and actor
-start-up."""
+``python sweep.py +experiment=test backend=verl cluster=local_cpu model=tiny-test``
+(translation, launch, verl on a local Ray, ingestion into the run store), and no process of
+that Ray left once it returns. Slow: ~2.5 minutes, mostly Ray and actor start-up."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from sweep_cli import sweep
 
 from fp8rl.runs.store import RunStore
 
-CPU = ("model=tiny-test", "scale=tiny_test", "cluster=local_cpu")
+CPU = ("model=tiny-test", "cluster=local_cpu")
 
 
 def _processes_of(path: Path) -> list[int]:

@@ -21,7 +21,7 @@ from fp8rl.verl_ext.presets import TINY_FAMILIES, TINY_PRESETS, TINY_PROMPT_LENG
 from fp8rl.verl_ext.translate import CPU_ENV, VerlLaunch
 from fp8rl.verl_ext.verl_config import build_verl_config, compose_verl_config
 
-CPU = ("model=tiny-test", "scale=tiny_test", "cluster=local_cpu")
+CPU = ("model=tiny-test", "cluster=local_cpu")  # the tiny scale comes with the model
 
 
 def launches(*args: str) -> list[tuple[list[str], VerlLaunch]]:
@@ -77,11 +77,27 @@ def test_the_cluster_is_never_in_the_run_id() -> None:
     from fp8rl.runs.ids import run_id_for as run_id
 
     with Composer() as compose:
-        gpu = resolve_run(compose(["+experiment=test", "backend=verl", "model=tiny-test",
-                                   "scale=tiny_test"]))  # fmt: skip
+        gpu = resolve_run(compose(["+experiment=test", "backend=verl", "model=tiny-test"]))
         cpu = resolve_run(compose(["+experiment=test", "backend=verl", *CPU]))
     assert cpu.experiment.cluster.device == "cpu" and gpu.experiment.cluster.device == "cuda"
     assert run_id(cpu.config.to_dict()) == run_id(gpu.config.to_dict())
+
+
+def test_a_tiny_model_takes_the_tiny_scale_on_verl() -> None:
+    """``backend=verl model=tiny-test`` resolves to the run config of ``backend=tiny
+    model=tiny-test`` but for ``backend.name`` (issue 30), for one point and per point of a
+    grid over a tiny and a verl model; a scale the command names is kept."""
+    with Composer() as compose:
+        tiny = resolve_run(compose(["+experiment=test", "model=tiny-test"])).config.to_dict()
+        verl = resolve_run(compose(["+experiment=test", "backend=verl", *CPU])).config.to_dict()
+        assert verl["backend"].pop("name") == "verl" and tiny["backend"].pop("name") == "tiny"
+        assert verl == tiny
+        grid = expand_grid(["+experiment=test", "backend=verl", "model=tiny-test,qwen3-0.6b-base"],
+                           compose)  # fmt: skip
+        assert [p[-1] for p in grid] == ["scale=tiny_${study}", "model=qwen3-0.6b-base"]
+        assert compose(grid[1]).rollout.max_new_tokens == 1024  # scale/verl_test.yaml's
+        with pytest.raises(ConfigError, match="drop scale=verl_<study>"):
+            resolve_run(compose(["+experiment=test", "backend=verl", *CPU, "scale=verl_test"]))
 
 
 def test_the_cpu_cluster_is_one_process() -> None:
@@ -99,3 +115,25 @@ def test_stop_session_leaves_no_process_of_verls_session() -> None:
     stopped = stop_session(proc.pid, grace_s=5)
     proc.wait(timeout=5)
     assert len(stopped) == 2 and session_processes(proc.pid) == []
+
+
+def test_a_tiny_study_validates_at_its_own_length_through_fp8rls_agent_loop() -> None:
+    """The tiny studies validate at eval.max_new_tokens (80) and train at
+    rollout.max_new_tokens (64): verl gets the larger as its one response length and
+    fp8rl's agent loop, which caps each row at the length its parquet row carries."""
+    from fp8rl.verl_ext.agent_loop import capped
+
+    (_, launch), *_ = launches("table2_default", "cluster=local_cpu", "model=tiny-s",
+                               "granularity=bf16", "clipping=standard", "seed=0")  # fmt: skip
+    ov = dict(o.lstrip("+").split("=", 1) for o in launch.overrides)
+    assert ov["data.max_response_length"] == "80"
+    assert ov["actor_rollout_ref.rollout.agent.default_agent_loop"] == "fp8rl_capped"
+    loops = Path(ov["actor_rollout_ref.rollout.agent.agent_loop_config_path"])
+    assert "fp8rl.verl_ext.agent_loop.CappedAgentLoop" in loops.read_text()
+    assert len(ov["data.val_files"].split(",")) == len(TINY_FAMILIES)  # families: null = all
+    check_built(launch)
+    params = {"temperature": 1.0, "top_p": 1.0}
+    assert capped(params, {"max_tokens": 64}) == {**params, "max_tokens": 64}
+    assert capped(params, {}) == params and capped(params, None) == params
+    with pytest.raises(ValueError, match="a response cap must be >= 1"):
+        capped(params, {"max_tokens": 0})
