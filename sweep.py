@@ -380,7 +380,7 @@ def main(cfg: DictConfig) -> dict:
     single = hydra_cfg.mode == RunMode.RUN
     basic = str(hydra_cfg.launcher.get("_target_", "")).endswith("BasicLauncher")
     if basic and sys.stderr.isatty():
-        # Bars for the long phases (fp8rl.tiny.progress) on a terminal, in this process
+        # Bars for the long phases (fp8rl.world.progress) on a terminal, in this process
         # only: the workers of a parallel launcher would draw over each other; logs and
         # pipes get the periodic log lines instead.
         os.environ.setdefault("FP8RL_PROGRESS", "1")

@@ -20,8 +20,7 @@ import torch
 
 from fp8rl.config import RunConfig
 from fp8rl.numerics import apply_fp8_training
-from fp8rl.tiny.settings import sft_config
-from fp8rl.tiny.sft import build_base_model
+from fp8rl.world.sft import build_base_model, sft_config
 
 
 def main() -> None:

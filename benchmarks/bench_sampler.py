@@ -28,7 +28,7 @@ from torch import nn
 
 from fp8rl.numerics import RolloutQuantConfig, make_rollout_model
 from fp8rl.sampling.sampler import Sampler
-from fp8rl.tiny.model import build_model
+from fp8rl.world.model import build_model
 
 MODES: dict[str, Callable[[nn.Module], nn.Module]] = {
     "fp32": lambda master: master,

@@ -180,9 +180,8 @@ def fmt_ratio(new: float, old: float) -> str:
 
 def single(args: argparse.Namespace) -> None:
     from fp8rl.runs import RunStore
-    from fp8rl.tiny.settings import sft_config
-    from fp8rl.tiny.sft import build_base_model
     from fp8rl.tiny.train import train
+    from fp8rl.world.sft import build_base_model, sft_config
 
     base = override(RunConfig(), base_changes(args))
     build_base_model(sft_config(base), args.cache)  # cached; not part of any timing
@@ -283,8 +282,7 @@ def worker(spec_path: str) -> None:
     torch.set_num_threads(spec["threads"])
     cfg = change(change(Config(), spec["base"]), spec["changes"])
     try:  # the base model, built with this tree's SFT if its cache key differs: untimed
-        from fp8rl.tiny.settings import sft_config
-        from fp8rl.tiny.sft import build_base_model
+        from fp8rl.world.sft import build_base_model, sft_config
 
         build_base_model(sft_config(cfg), spec["cache"])
     except ImportError:
@@ -413,8 +411,7 @@ def side_stats(runs: list[dict[str, Any]]) -> tuple[dict[str, float], float]:
 
 
 def against(args: argparse.Namespace) -> None:
-    from fp8rl.tiny.settings import sft_config
-    from fp8rl.tiny.sft import build_base_model
+    from fp8rl.world.sft import build_base_model, sft_config
 
     names = pick_recipes(args.recipes)
     sha = check_ref(args.against)

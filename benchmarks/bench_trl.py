@@ -90,10 +90,9 @@ import torch  # noqa: E402
 
 from fp8rl.config import RunConfig, override  # noqa: E402
 from fp8rl.rewards import reward  # noqa: E402
-from fp8rl.tiny.batch import derived_seed  # noqa: E402
-from fp8rl.tiny.settings import resolve_config, sft_config  # noqa: E402
-from fp8rl.tiny.sft import build_base_model  # noqa: E402
-from fp8rl.tiny.tasks import training_mix  # noqa: E402
+from fp8rl.tiny.settings import resolve_config  # noqa: E402
+from fp8rl.world.sft import build_base_model, sft_config  # noqa: E402
+from fp8rl.world.tasks import derived_seed, training_mix  # noqa: E402
 
 __all__ = ["grpo_config_kwargs", "main", "time_trl_step", "trl_dataset"]
 

@@ -25,9 +25,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from fp8rl.config import RunConfig, override
 from fp8rl.runs import RunStore
-from fp8rl.tiny.settings import sft_config
-from fp8rl.tiny.sft import build_base_model
 from fp8rl.tiny.train import train
+from fp8rl.world.sft import build_base_model, sft_config
 
 RECIPES: dict[str, dict[str, Any]] = {
     "bf16": {"granularity.training": "bf16"},

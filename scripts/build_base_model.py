@@ -16,15 +16,15 @@ import shutil
 
 import torch
 
-from fp8rl.tiny.progress import enable_progress_bars
-from fp8rl.tiny.sft import (
+from fp8rl.world.progress import enable_progress_bars
+from fp8rl.world.sft import (
     SHIPPED_DIR,
     SFTConfig,
     base_model_key,
     build_base_model,
     default_cache_dir,
 )
-from fp8rl.tiny.tasks import FAMILIES
+from fp8rl.world.tasks import FAMILIES
 
 
 def main() -> None:

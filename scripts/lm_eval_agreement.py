@@ -36,9 +36,9 @@ from fp8rl.evaluation.agreement import compare_greedy, paired_difference
 from fp8rl.evaluation.benchmarks import TINY_BENCHMARKS
 from fp8rl.evaluation.runner import run_lm_eval
 from fp8rl.evaluation.settings import LmEvalSettings
-from fp8rl.tiny.evaluate import EvalConfig, evaluate_problems, select_items
-from fp8rl.tiny.sft import SHIPPED_DIR, load_base_model
-from fp8rl.tiny.tasks import DIFFICULTIES, load_eval_set
+from fp8rl.world.evaluate import EvalConfig, evaluate_problems, select_items
+from fp8rl.world.sft import SHIPPED_DIR, load_base_model
+from fp8rl.world.tasks import DIFFICULTIES, load_eval_set
 
 DEFAULT_MODEL = SHIPPED_DIR / "tiny-s-s0-a74f16acbea2"
 REPO = Path(__file__).resolve().parents[1]

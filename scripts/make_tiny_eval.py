@@ -4,7 +4,7 @@
     python scripts/make_tiny_eval.py --out DIR  # write them elsewhere
 
 Deterministic: the output equals the committed files unless the generators
-changed (``tests/tiny/test_tasks.py`` checks that they are equal).
+changed (``tests/world/test_tasks.py`` checks that they are equal).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from fp8rl.tiny.tasks import EVAL_DIR, write_eval_sets
+from fp8rl.world.tasks import EVAL_DIR, write_eval_sets
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ families as verl parquet (what the verl backend's launcher runs before verl for
 Reads the resolved run config (``RunConfig.to_dict`` JSON) and writes
 
 - ``<out>/model/``: the tiny base of ``model.preset`` and ``model.sft`` (built or loaded from
-  the cache, as the tiny backend does: ``fp8rl.tiny.sft.build_base_model``), its FP32 master
+  the cache, as the tiny backend does: ``fp8rl.world.sft.build_base_model``), its FP32 master
   weights and the tiny tokenizer, plus a chat template that renders the prompt as it is (verl's
   agent loop applies one; the tiny prompts are ``fp8rl.rewards.format_prompt`` text already);
 - every row's ``extra_info.max_tokens``: its response cap (``rollout.max_new_tokens`` for
@@ -35,12 +35,10 @@ from typing import Any
 import pandas as pd
 
 from fp8rl.config import RunConfig
-from fp8rl.tiny.batch import derived_seed
-from fp8rl.tiny.settings import sft_config
-from fp8rl.tiny.sft import build_base_model
-from fp8rl.tiny.tasks import Problem, make_eval_set, training_mix
 from fp8rl.verl_ext.presets import TINY_CAP_KEY
 from fp8rl.verl_ext.translate import eval_families
+from fp8rl.world.sft import build_base_model, sft_config
+from fp8rl.world.tasks import Problem, derived_seed, make_eval_set, training_mix
 
 #: Renders the one user message as it is (no role markers: the tiny model never saw any).
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"

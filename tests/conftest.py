@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fp8rl.tiny.sft import build_base_model
+from fp8rl.world.sft import build_base_model
 
 from quick_runs import QUICK_BASE
 

@@ -22,7 +22,7 @@ def test_import_noise_is_filtered_and_other_warnings_are_kept() -> None:
     by itself, before fp8rl.numerics would (the filters come with ``import fp8rl``)."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     code = CODE.format(
-        first="import fp8rl.tiny.progress; import fp8rl.tiny.sft; import fp8rl.numerics"
+        first="import fp8rl.world.progress; import fp8rl.world.sft; import fp8rl.numerics"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -198,7 +198,7 @@ class AlgorithmConfig:
 
 @dataclass
 class SFTSettings:
-    """The SFT warm start of a tiny base model (``fp8rl.tiny.sft.SFTConfig``, same names)."""
+    """The SFT warm start of a tiny base model (``fp8rl.world.sft.SFTConfig``, same names)."""
 
     seed: int = num(0, ge=0)
     steps: int = num(600, ge=1, le=MAX_STEPS, sizes_compute=True)
@@ -329,7 +329,7 @@ class TrainSettings:
 
 @dataclass
 class EvalSettings:
-    """Held-out evaluation during training (``fp8rl.tiny.evaluate.EvalConfig``'s names).
+    """Held-out evaluation during training (``fp8rl.world.evaluate.EvalConfig``'s names).
 
     every: evaluate every this many steps, before the first and at the last (0 = never).
     precision: evaluate the ``rollout`` copy (as verl) or the ``training`` model.

@@ -147,7 +147,7 @@ TINY_BENCHMARKS: tuple[str, ...] = (
     "linear_eq",
     "fraction_of",
 )
-"""The tiny scale's eight benchmarks: ``fp8rl.tiny.tasks.FAMILIES`` (a test holds them
+"""The tiny scale's eight benchmarks: ``fp8rl.world.tasks.FAMILIES`` (a test holds them
 equal), named as the in-loop evaluator names them."""
 TINY_DIFFICULTIES: tuple[int, ...] = (1, 2, 3)
 TINY_ITEMS_PER_DIFFICULTY = 50
@@ -232,7 +232,7 @@ def tiny_item_indices(
     """Row indices of the in-loop evaluator's item sample of one family: ``limit`` items
     stratified over ``difficulties`` (``fp8rl.config.stratified_counts``: an equal share
     each, the remainder to the lowest), within a difficulty the first rows; None: every row
-    of those difficulties. The same items as ``fp8rl.tiny.evaluate.select_items`` (a test
+    of those difficulties. The same items as ``fp8rl.world.evaluate.select_items`` (a test
     holds them equal), in difficulty order."""
     from fp8rl.config import stratified_counts  # the config loads torch; data prep needs none
 

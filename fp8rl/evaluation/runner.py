@@ -409,6 +409,6 @@ def _check_stops_at_eos(checkpoint: Path, settings: LmEvalSettings) -> None:
         raise ValueError(
             f"{checkpoint}: neither generation_config.json nor config.json names an "
             "eos_token_id, so transformers' generate would not stop at EOS; re-export it "
-            "(fp8rl.tiny.export writes the tokenizer's ids) or add eos_token_id to "
+            "(fp8rl.world.export writes the tokenizer's ids) or add eos_token_id to "
             "generation_config.json"
         )

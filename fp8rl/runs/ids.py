@@ -28,7 +28,7 @@ RESULTS_VERSION: int = 4
 # 3: TorchAO's tensorwise and rowwise Float8Linear run TorchAO's emulated GEMM (FP32 matmul
 #    of the dequantised operands) instead of torch._scaled_mm, whose CPU kernel is oneDNN's
 #    reference on some CPUs (fp8rl.numerics.recipes): their numbers move by FP32 rounding.
-# 4: issue 15. eval.limit takes a sample stratified by difficulty (fp8rl.tiny.evaluate),
+# 4: issue 15. eval.limit takes a sample stratified by difficulty (fp8rl.world.evaluate),
 #    not the first items of each file (difficulty order); new keys rollout.difficulties and
 #    eval.difficulties. Calibrated Clipping holds a bound where BF16 clips no token (q = 0;
 #    p = 0 for the quantile upper rule) and balances the upper bound against the applied

@@ -1,5 +1,6 @@
-"""The tiny CPU backend: tokenizer, tasks, model, sampler and trainer.
+"""The tiny CPU backend: the trainer loop on the tiny world (``fp8rl.world``), its batches,
+timing, noise probe and the backend protocol.
 
-Submodules are imported explicitly (``from fp8rl.tiny.tasks import generate``);
+Submodules are imported explicitly (``from fp8rl.tiny.train import train``);
 this package imports none of them eagerly.
 """

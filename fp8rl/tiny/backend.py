@@ -11,12 +11,12 @@ from fp8rl.config import ClusterConfig, RunConfig
 from fp8rl.config.request import ResolvedConfig, RunRequest
 from fp8rl.numerics.registry import recipe_decl
 from fp8rl.runs import RunStatus, RunSummary
-from fp8rl.tiny.model import get_preset
 from fp8rl.tiny.noise import measure_noise
-from fp8rl.tiny.settings import NAME, resolve_config, sft_config
-from fp8rl.tiny.sft import SHIPPED_DIR, base_model_key, default_cache_dir
-from fp8rl.tiny.tokenizer import VOCAB_SIZE_PADDED
+from fp8rl.tiny.settings import NAME, resolve_config
 from fp8rl.tiny.train import export_steps, train_request
+from fp8rl.world.model import get_preset
+from fp8rl.world.sft import SHIPPED_DIR, base_model_key, default_cache_dir, sft_config
+from fp8rl.world.tokenizer import VOCAB_SIZE_PADDED
 
 __all__ = ["DEFAULT_STEP_S", "TinyBackend", "TinyCost"]
 

@@ -8,7 +8,6 @@ responses out as prompt + response rows for one ordinary forward.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,17 +18,11 @@ from fp8rl.config import RunConfig
 from fp8rl.rewards import reward
 from fp8rl.rl import overlong_penalty
 from fp8rl.sampling.sampler import Sampler, response_inputs
-from fp8rl.tiny.evaluate import repeat_4gram_frac
-from fp8rl.tiny.tasks import Problem, training_mix
-from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID
+from fp8rl.world.evaluate import repeat_4gram_frac
+from fp8rl.world.tasks import Problem, training_mix
+from fp8rl.world.tokenizer import EOS_ID, PAD_ID
 
-__all__ = ["Response", "StepBatch", "derived_seed", "pad", "repeat_4gram_frac", "sample_responses"]
-
-
-def derived_seed(*parts: object) -> int:
-    """A seed that depends only on ``parts`` (the run seed, the step, a round, a name)."""
-    digest = hashlib.sha256(repr(parts).encode()).digest()
-    return int.from_bytes(digest[:7], "little")
+__all__ = ["Response", "StepBatch", "pad", "repeat_4gram_frac", "sample_responses"]
 
 
 @dataclass

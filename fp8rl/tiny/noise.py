@@ -13,11 +13,12 @@ from fp8rl.numerics import apply_fp8_training, get_recipe, high_precision, make_
 from fp8rl.rl.step_metrics import logratio_breakdown
 from fp8rl.runs import load_checkpoint
 from fp8rl.sampling.sampler import Sampler, response_log_probs
-from fp8rl.tiny.batch import Response, derived_seed, pad_responses, sample_responses
-from fp8rl.tiny.settings import NAME, max_seq_len, recipe_kwargs, resolve_config, sft_config
-from fp8rl.tiny.sft import build_base_model
-from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID
+from fp8rl.tiny.batch import Response, pad_responses, sample_responses
+from fp8rl.tiny.settings import NAME, max_seq_len, recipe_kwargs, resolve_config
 from fp8rl.tiny.train import advantages, seed_everything
+from fp8rl.world.sft import build_base_model, sft_config
+from fp8rl.world.tasks import derived_seed
+from fp8rl.world.tokenizer import EOS_ID, PAD_ID
 
 __all__ = ["measure_noise", "noise_probe"]
 

@@ -1,8 +1,8 @@
 """How the tiny backend reads a :class:`~fp8rl.config.RunConfig`: its own checks (model
 presets, task families, the sequence budget, block sizes against the layer widths, native
-BF16 against the CPU), the resolution of "derive it" values, and the SFT / evaluation
-configs of the functions it calls (same field names as the run config's ``model.sft`` and
-``eval`` groups).
+BF16 against the CPU), the resolution of "derive it" values, and the evaluation config of
+the function it calls (same field names as the run config's ``eval`` group; the SFT config
+is the world's, ``fp8rl.world.sft.sft_config``, as the verl backend's tiny path uses it).
 
 :data:`UNUSED` lists the run-config keys the tiny backend does not read, each with the
 reason; a test checks that every other leaf of the schema is read by the backend.
@@ -16,28 +16,23 @@ from typing import Any
 from fp8rl.config import ConfigError, RunConfig, resolve
 from fp8rl.config.request import ResolvedConfig
 from fp8rl.numerics.bf16 import native_bf16_available
-from fp8rl.tiny.evaluate import EvalConfig, item_counts
-from fp8rl.tiny.model import PRESETS, get_preset, mimic_block_size
-from fp8rl.tiny.sft import SFTConfig
-from fp8rl.tiny.tasks import DIFFICULTIES, FAMILIES
-from fp8rl.tiny.tokenizer import VOCAB_SIZE_PADDED
+from fp8rl.world.evaluate import EvalConfig, item_counts
+from fp8rl.world.model import PRESETS, get_preset, mimic_block_size
+from fp8rl.world.tasks import DIFFICULTIES, FAMILIES, PROMPT_BUDGET
+from fp8rl.world.tokenizer import VOCAB_SIZE_PADDED
 
 __all__ = [
     "NAME",
-    "PROMPT_BUDGET",
     "UNUSED",
     "eval_config",
     "max_seq_len",
     "recipe_kwargs",
     "resolve_config",
-    "sft_config",
     "validate",
 ]
 
 #: The backend's name: what its resolved configs carry (``ResolvedConfig.backend``).
 NAME = "tiny"
-#: Prompt positions reserved in the sampler's sequence budget (prompts are <= 52 chars).
-PROMPT_BUDGET = 64
 
 #: Run-config keys the tiny backend does not read, and why.
 UNUSED: dict[str, str] = {
@@ -123,15 +118,6 @@ def resolve_config(cfg: RunConfig) -> ResolvedConfig:
     block = mimic_block_size(cfg.model.preset)  # divides every width by construction
     resolved, unused = resolve(cfg, default_block_size=block, families=FAMILIES)
     return ResolvedConfig(resolved, NAME, unused)
-
-
-def sft_config(cfg: RunConfig) -> SFTConfig:
-    """The base model's SFT config: ``model.preset`` and the ``model.sft`` field of each
-    SFTConfig field's name (read one by one, so a schema key SFT does not take is unread)."""
-    sft = cfg.model.sft
-    values = {f.name: getattr(sft, f.name) for f in dataclasses.fields(SFTConfig)[1:]}
-    values["difficulties"] = tuple(values["difficulties"])
-    return SFTConfig(preset=cfg.model.preset, **values)
 
 
 def eval_config(cfg: RunConfig) -> EvalConfig:

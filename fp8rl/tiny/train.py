@@ -103,27 +103,25 @@ from fp8rl.sampling.sampler import Sampler, response_log_probs
 from fp8rl.tiny.batch import (
     Response,
     StepBatch,
-    derived_seed,
     pad,
     pad_responses,
     repeat_4gram_frac,
     sample_responses,
 )
-from fp8rl.tiny.evaluate import evaluate
-from fp8rl.tiny.export import export_step
-from fp8rl.tiny.progress import progress_bar
 from fp8rl.tiny.settings import (
     NAME,
     eval_config,
     max_seq_len,
     recipe_kwargs,
     resolve_config,
-    sft_config,
 )
-from fp8rl.tiny.sft import build_base_model, encode_problem
-from fp8rl.tiny.tasks import training_mix
 from fp8rl.tiny.timing import PhaseTimer
-from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID
+from fp8rl.world.evaluate import evaluate
+from fp8rl.world.export import export_step
+from fp8rl.world.progress import progress_bar
+from fp8rl.world.sft import build_base_model, encode_problem, sft_config
+from fp8rl.world.tasks import derived_seed, training_mix
+from fp8rl.world.tokenizer import EOS_ID, PAD_ID
 
 __all__ = [
     "StepHook",
@@ -800,7 +798,7 @@ def train_request(request: RunRequest) -> RunSummary:
 
     ``max_steps_this_call`` stops after that many steps, leaving the run ``pending`` (the
     next call resumes it from its last checkpoint); ``cache_dir`` is the base-model cache
-    (``fp8rl.tiny.sft``); with ``export_hf`` a run already done exports the evaluated steps
+    (``fp8rl.world.sft``); with ``export_hf`` a run already done exports the evaluated steps
     it kept a checkpoint of.
 
     ``on_step(step, values)`` is called after each step is logged (and evaluated, on eval

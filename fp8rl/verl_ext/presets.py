@@ -66,10 +66,10 @@ def get_model(hf_id: str) -> VerlModel:
 #: The tiny models as models of the verl backend (``model=tiny-*``, on ``cluster=local_cpu``):
 #: the tiny base exported as a Hugging Face Qwen3 (``scripts/verl_prepare_tiny.py`` builds or
 #: loads it and writes it under ``<run>/verl/model``). Name -> context (max positions). The
-#: tiny room owns them (``fp8rl.tiny.model.PRESETS``; a test holds the two equal): the verl
+#: tiny room owns them (``fp8rl.world.model.PRESETS``; a test holds the two equal): the verl
 #: backend may not import it.
 TINY_PRESETS: dict[str, int] = {"tiny-test": 512, "tiny-s": 512, "tiny-m": 512, "tiny-l": 512}
-#: The tiny task families (``fp8rl.tiny.tasks.FAMILIES``; the same test).
+#: The tiny task families (``fp8rl.world.tasks.FAMILIES``; the same test).
 TINY_FAMILIES: tuple[str, ...] = (
     "add_sub", "multiply", "order_of_ops", "modulo", "max_min", "digit_sum", "linear_eq",
     "fraction_of",

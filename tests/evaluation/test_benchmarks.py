@@ -17,8 +17,8 @@ from fp8rl.evaluation.benchmarks import (
     tiny_item_indices,
 )
 from fp8rl.evaluation.runner import TASKS_DIR, task_name
-from fp8rl.tiny.evaluate import select_items
-from fp8rl.tiny.tasks import DIFFICULTIES, EVAL_ITEMS_PER_DIFFICULTY, FAMILIES, load_eval_set
+from fp8rl.world.evaluate import select_items
+from fp8rl.world.tasks import DIFFICULTIES, EVAL_ITEMS_PER_DIFFICULTY, FAMILIES, load_eval_set
 
 
 def test_the_tiny_benchmarks_are_the_task_families() -> None:

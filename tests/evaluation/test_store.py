@@ -15,7 +15,7 @@ from fp8rl.evaluation.settings import LmEvalSettings
 from fp8rl.evaluation.store import evaluate_job, plan_run, read_lm_eval
 from fp8rl.runs import LM_EVAL_DIR, RunLockedError, hf_export_dir, list_hf_exports
 from fp8rl.runs.lock import RunLock
-from fp8rl.tiny.sft import SHIPPED_DIR
+from fp8rl.world.sft import SHIPPED_DIR
 
 BASE = SHIPPED_DIR / "tiny-s-s0-a74f16acbea2"
 FAMILIES = ["add_sub", "digit_sum"]

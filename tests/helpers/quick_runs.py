@@ -22,7 +22,7 @@ from fp8rl.config import (
     TrainSettings,
     override,
 )
-from fp8rl.tiny.settings import sft_config
+from fp8rl.world.sft import sft_config
 
 QUICK = RunConfig(
     steps=2,

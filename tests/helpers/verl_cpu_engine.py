@@ -62,7 +62,7 @@ def tiny_model_dir(path: str | None = None) -> str:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from fp8rl.tiny.tokenizer import build_tokenizer
+    from fp8rl.world.tokenizer import build_tokenizer
 
     tok = build_tokenizer()
     torch.manual_seed(0)

@@ -128,7 +128,7 @@ def test_math_verify_checker_works_outside_the_main_thread() -> None:
 
 
 def test_repetition_and_garbled_share_one_definition_with_the_evaluator() -> None:
-    import fp8rl.tiny.evaluate as evaluate
+    import fp8rl.world.evaluate as evaluate
 
     assert repeat_4gram_frac("abc") == 0.0  # shorter than one 4-gram
     assert repeat_4gram_frac("abcdabcd") == pytest.approx(1 - 4 / 5)

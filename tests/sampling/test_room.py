@@ -1,6 +1,7 @@
 """fp8rl.sampling is a room below both backends (DESIGN.md "Who may import whom"): the
-KV-cache sampler uses the numerics and nothing of either backend, so the tiny trainer and
-verl's CPU rollout server (fp8rl.verl_ext.cpu_rollout) share it."""
+KV-cache sampler uses the numerics and nothing of either backend or of the tiny world
+(fp8rl.world, whose held-out evaluation samples with it), so the tiny trainer and verl's
+CPU rollout server (fp8rl.verl_ext.cpu_rollout) share it."""
 
 from __future__ import annotations
 

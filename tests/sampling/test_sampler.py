@@ -10,7 +10,7 @@ from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsW
 
 from fp8rl.numerics import RolloutQuantConfig, make_rollout_model, sync_rollout_weights
 from fp8rl.sampling.sampler import SampleBatch, Sampler, score
-from fp8rl.tiny.model import build_model
+from fp8rl.world.model import build_model
 
 VOCAB, PAD, EOS = 128, 0, 2
 

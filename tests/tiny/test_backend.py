@@ -11,8 +11,8 @@ from fp8rl.config import RunConfig, override
 from fp8rl.config.request import ResolvedConfig, RunRequest
 from fp8rl.runs import RunStore, list_checkpoints
 from fp8rl.tiny.backend import LOG_BYTES_PER_STEP, TinyBackend, TinyCost
-from fp8rl.tiny.sft import SHIPPED_DIR
 from fp8rl.tiny.train import train
+from fp8rl.world.sft import SHIPPED_DIR
 
 from quick_runs import quick
 

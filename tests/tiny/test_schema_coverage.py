@@ -1,8 +1,9 @@
 """Every leaf of the run config is read by the tiny backend or listed in
 ``fp8rl.tiny.settings.UNUSED`` with a reason — measured, not declared: the config classes'
 attribute reads are recorded while the backend runs a config that turns every feature on
-(and the noise probe), counting only reads made by the backend's own code (``fp8rl/tiny``)
-and by the run config's derived settings it calls (``calibrator_config``, ``rollout_quant``,
+(and the noise probe), counting only reads made by the backend's own code (``fp8rl/tiny``,
+and the tiny world's code it calls, ``fp8rl/world``: the SFT config, the run's exports) and
+by the run config's derived settings it calls (``calibrator_config``, ``rollout_quant``,
 ...), not the generic copying, hashing and checking in ``fp8rl.config``."""
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from config_reads import (
 from quick_runs import quick
 
 TINY = str(Path(run_module.__file__).parents[1] / "tiny")
+WORLD = str(Path(run_module.__file__).parents[1] / "world")
 #: The run config's derived settings: a read inside them is a read by their caller.
 DERIVED = {
     "calibrator_config",
@@ -70,7 +72,7 @@ def _owner(frame) -> str | None:
     """Who made an attribute read: the backend (its file, or a derived setting), or None."""
     while frame is not None:
         code = frame.f_code
-        if code.co_filename.startswith(TINY):
+        if code.co_filename.startswith((TINY, WORLD)):
             return "tiny"
         if code.co_filename == run_module.__file__ and code.co_name in DERIVED:
             return "derived"

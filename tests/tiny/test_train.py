@@ -22,8 +22,8 @@ from fp8rl.runs import RunPruned, RunStore
 from fp8rl.sampling.sampler import response_log_probs, score
 from fp8rl.tiny.batch import pad
 from fp8rl.tiny.settings import resolve_config
-from fp8rl.tiny.sft import build_base_model
 from fp8rl.tiny.train import train
+from fp8rl.world.sft import build_base_model
 
 from quick_runs import QUICK_BASE, quick
 

@@ -47,9 +47,8 @@ def check_built(launch: VerlLaunch) -> object:
 
 
 def test_the_tiny_world_restated_for_verl_is_the_tiny_rooms() -> None:
-    from fp8rl.tiny.model import PRESETS
-    from fp8rl.tiny.settings import PROMPT_BUDGET
-    from fp8rl.tiny.tasks import FAMILIES
+    from fp8rl.world.model import PRESETS
+    from fp8rl.world.tasks import FAMILIES, PROMPT_BUDGET
 
     assert TINY_PRESETS == {n: p.max_position_embeddings for n, p in PRESETS.items()}
     assert TINY_FAMILIES == FAMILIES

@@ -25,7 +25,7 @@ cpu_rollout = pytest.importorskip("fp8rl.verl_ext.cpu_rollout")
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    from fp8rl.tiny.tokenizer import build_tokenizer
+    from fp8rl.world.tokenizer import build_tokenizer
 
     tok = build_tokenizer()
     path = tmp_path_factory.mktemp("cpu-rollout-model")

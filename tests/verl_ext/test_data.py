@@ -46,7 +46,7 @@ def test_the_converter_writes_rows_verls_dataset_reads(tmp_path: Path) -> None:
     from omegaconf import OmegaConf
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
-    from fp8rl.tiny.tokenizer import build_tokenizer
+    from fp8rl.world.tokenizer import build_tokenizer
 
     root = write_root(tmp_path / "data")
     data = prepare_verl_data(root, tmp_path / "out", ["aime24"], limit=3, seed=1)

@@ -199,7 +199,7 @@ def test_the_model_node_builds_against_a_local_model(tmp_path: Path, composer) -
     model standing in for the Hub id, the model node's keys are checked too."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from fp8rl.tiny.tokenizer import build_tokenizer
+    from fp8rl.world.tokenizer import build_tokenizer
 
     model = tmp_path / "model"
     config = Qwen3Config(vocab_size=256, hidden_size=32, intermediate_size=64,

@@ -1,4 +1,5 @@
-"""Progress bars for the tiny backend's long phases: off unless an entry point turns them on.
+"""Progress bars for the long phases (SFT, evaluation, RL steps): off unless an entry point
+turns them on.
 
 Library code never prints, so the bars follow the ``transformers``/``datasets`` pattern:
 every long phase opens a bar through :func:`progress_bar`, which is a no-op unless bars
@@ -10,8 +11,8 @@ but not the calling process's flag). ``FP8RL_PROGRESS=0`` is the same as unset; 
 explicit :func:`enable_progress_bars` / :func:`disable_progress_bars` call wins over the
 variable.
 
-The phases with a bar: the base model's SFT steps (:func:`fp8rl.tiny.sft.sft_train`, with
-the loss as a postfix), held-out evaluation (:func:`fp8rl.tiny.evaluate.evaluate`, a transient
+The phases with a bar: the base model's SFT steps (:func:`fp8rl.world.sft.sft_train`, with
+the loss as a postfix), held-out evaluation (:func:`fp8rl.world.evaluate.evaluate`, a transient
 bar over answers) and the RL steps (:func:`fp8rl.tiny.train.train_run`). Each
 bar is tqdm's, on stderr: count/total, rate, elapsed time and ETA. While a bar is open,
 log records of the root logger's console handlers are written above it (``tqdm.write``)
@@ -21,7 +22,7 @@ files) are untouched. On a stderr that is not a terminal the bar redraws at most
 
 transformers' own bars ("Loading weights", "Writing model shards") count the tensors of a
 checkpoint that loads in milliseconds; :func:`transformers_bars_off` turns them off
-around the tiny backend's own loads and saves, so the only bars shown are these.
+around the tiny world's own loads and saves, so the only bars shown are these.
 
 Bars never change numbers: they draw no random numbers and do no torch work; they only
 count what the loop already did.

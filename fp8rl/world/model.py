@@ -1,4 +1,4 @@
-"""The tiny backend's model: transformers' real ``Qwen3ForCausalLM`` with small configs.
+"""The tiny models: transformers' real ``Qwen3ForCausalLM`` with small configs.
 
 Every preset keeps each linear width a multiple of 128 (hidden, ``heads * head_dim``,
 ``kv_heads * head_dim``, intermediate), so FP8 blockwise 128-scaling tiles every layer, and

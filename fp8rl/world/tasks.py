@@ -62,6 +62,9 @@ MAX_SOLUTION_CHARS = 64
 """Longest solution (steps + boxed answer, without EOS) any generator emits."""
 MAX_EXAMPLE_CHARS = 112
 """Longest prompt + solution any generator emits (add 1 for EOS in tokens)."""
+PROMPT_BUDGET = 64
+"""Prompt positions a sampler reserves for a tiny prompt (at least ``MAX_PROMPT_CHARS``:
+one token per character); both backends size their sequences with it."""
 
 HELD_OUT_BUCKETS = 8
 """One SHA-256 bucket in this many holds the held-out questions (1/8 of each space)."""
@@ -474,6 +477,13 @@ def training_mix(
         problem_id = f"mix-s{seed}-{index:06d}"
         problems.append(_draw(family, difficulty, rng, held_out=False, problem_id=problem_id))
     return problems
+
+
+def derived_seed(*parts: object) -> int:
+    """A seed that depends only on ``parts`` (the run seed, the step, a round, a name): a
+    step's problems are ``training_mix(n, derived_seed(seed, step, round))`` on both backends."""
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:7], "little")
 
 
 # --- the held-out evaluation sets -----------------------------------------------------------

@@ -1,7 +1,7 @@
 """In-loop evaluation on the eight task families: avg@k and pass@k with the sampler.
 
 The tiny scale's "eight benchmarks" are the committed held-out sets
-(:func:`fp8rl.tiny.tasks.load_eval_set`). Each prompt is sampled ``k`` times (greedy:
+(:func:`fp8rl.world.tasks.load_eval_set`). Each prompt is sampled ``k`` times (greedy:
 ``k`` must be 1) with the same sampler the rollouts use, so validation runs in whatever
 precision the given model has — the rollout engine's by default, as verl validates with
 its rollout engine. Responses are scored with the shared checker
@@ -46,15 +46,15 @@ from fp8rl.rewards import (  # the garbled rule lives with the reward's definiti
     repeat_4gram_frac,
 )
 from fp8rl.sampling.sampler import Sampler
-from fp8rl.tiny.progress import progress_bar
-from fp8rl.tiny.tasks import (
+from fp8rl.world.progress import progress_bar
+from fp8rl.world.tasks import (
     DIFFICULTIES,
     EVAL_ITEMS_PER_DIFFICULTY,
     FAMILIES,
     Problem,
     load_eval_set,
 )
-from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID
+from fp8rl.world.tokenizer import EOS_ID, PAD_ID
 
 __all__ = [
     "GARBLED_REPEAT",

@@ -4,15 +4,15 @@ import json
 import pytest
 import torch
 
-from fp8rl.tiny.sft import (
+from fp8rl.world.sft import (
     SFTConfig,
     base_model_key,
     build_base_model,
     collate,
     encode_problem,
 )
-from fp8rl.tiny.tasks import generate
-from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID, build_tokenizer
+from fp8rl.world.tasks import generate
+from fp8rl.world.tokenizer import EOS_ID, PAD_ID, build_tokenizer
 
 QUICK = SFTConfig(preset="tiny-test", steps=30, batch_size=16, pool_size=500, eval_limit=4)
 
@@ -77,7 +77,7 @@ STUDY_BASE = SFTConfig(steps=1200)  # the Table-2 study's base (scale/tiny_table
 
 
 def test_the_study_base_is_shipped_and_loads_on_a_cache_miss(tmp_path) -> None:
-    from fp8rl.tiny.sft import SHIPPED_DIR
+    from fp8rl.world.sft import SHIPPED_DIR
 
     key = base_model_key(STUDY_BASE)
     assert (SHIPPED_DIR / key / "model.safetensors").is_file(), (
@@ -94,7 +94,7 @@ def test_rebuilding_the_shipped_study_base_matches_it(tmp_path) -> None:
     """The shipped weights were built on 2 threads; a rebuild on another CPU or thread count
     sums in another order, so it is compared by what it does: greedy held-out accuracy (all
     1,200 items) within 0.03 overall and 0.08 per family, final SFT loss within 15%."""
-    from fp8rl.tiny.sft import SHIPPED_DIR
+    from fp8rl.world.sft import SHIPPED_DIR
 
     shipped = SHIPPED_DIR / base_model_key(STUDY_BASE)
     reference = json.loads((shipped / "sft_info.json").read_text())

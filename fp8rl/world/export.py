@@ -26,7 +26,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from fp8rl.runs import hf_export_dir
 from fp8rl.runs.atomic import atomic_directory
-from fp8rl.tiny.progress import transformers_bars_off
+from fp8rl.world.progress import transformers_bars_off
 
 __all__ = [
     "EXPORT_INFO_FILE",

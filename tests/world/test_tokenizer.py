@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fp8rl.tiny.tokenizer import (
+from fp8rl.world.tokenizer import (
     BOS_ID,
     CHARSET,
     EOS_ID,

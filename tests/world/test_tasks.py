@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from fp8rl.rewards import extract_boxed, format_prompt, is_correct, is_well_formed
-from fp8rl.tiny import tasks
-from fp8rl.tiny.tasks import (
+from fp8rl.world import tasks
+from fp8rl.world.tasks import (
     DIFFICULTIES,
     EVAL_DIR,
     EVAL_FIELDS,
@@ -252,7 +252,7 @@ def _fingerprint() -> str:
 def test_same_problems_in_another_process() -> None:
     code = (
         "import hashlib, json\n"
-        "from fp8rl.tiny.tasks import generate, training_mix\n"
+        "from fp8rl.world.tasks import generate, training_mix\n"
         "problems = training_mix(300, seed=7) + generate('fraction_of', 100, seed=8)\n"
         "text = json.dumps([problem.to_record() for problem in problems])\n"
         "print(hashlib.sha256(text.encode()).hexdigest())\n"

@@ -19,6 +19,7 @@ is RL's.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -34,14 +35,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from fp8rl.config import RunConfig
 from fp8rl.runs.atomic import atomic_directory
-from fp8rl.tiny import tasks
-from fp8rl.tiny.evaluate import EvalConfig, evaluate
-from fp8rl.tiny.export import write_hf_checkpoint
-from fp8rl.tiny.model import PRESETS, build_model
-from fp8rl.tiny.progress import progress_bar, transformers_bars_off
-from fp8rl.tiny.tasks import Problem, training_mix
-from fp8rl.tiny.tokenizer import EOS_ID, PAD_ID, VOCAB_SIZE_PADDED, build_tokenizer, vocabulary
+from fp8rl.world import tasks
+from fp8rl.world.evaluate import EvalConfig, evaluate
+from fp8rl.world.export import write_hf_checkpoint
+from fp8rl.world.model import PRESETS, build_model
+from fp8rl.world.progress import progress_bar, transformers_bars_off
+from fp8rl.world.tasks import Problem, training_mix
+from fp8rl.world.tokenizer import EOS_ID, PAD_ID, VOCAB_SIZE_PADDED, build_tokenizer, vocabulary
 
 __all__ = [
     "SFT_VERSION",
@@ -54,6 +56,7 @@ __all__ = [
     "default_cache_dir",
     "encode_problem",
     "load_base_model",
+    "sft_config",
     "sft_train",
 ]
 
@@ -108,6 +111,15 @@ def default_cache_dir() -> Path:
     """``$FP8RL_CACHE/base_models`` (default ``~/.cache/fp8rl/base_models``)."""
     root = os.environ.get("FP8RL_CACHE") or Path.home() / ".cache" / "fp8rl"
     return Path(root) / "base_models"
+
+
+def sft_config(cfg: RunConfig) -> SFTConfig:
+    """The base model's SFT config: ``model.preset`` and the ``model.sft`` field of each
+    SFTConfig field's name (read one by one, so a schema key SFT does not take is unread)."""
+    sft = cfg.model.sft
+    values = {f.name: getattr(sft, f.name) for f in dataclasses.fields(SFTConfig)[1:]}
+    values["difficulties"] = tuple(values["difficulties"])
+    return SFTConfig(preset=cfg.model.preset, **values)
 
 
 def base_model_key(cfg: SFTConfig) -> str:

@@ -1,9 +1,9 @@
 import pytest
 
-from fp8rl.tiny.evaluate import EvalConfig, _summarise, evaluate
-from fp8rl.tiny.model import build_model
-from fp8rl.tiny.tasks import FAMILIES
-from fp8rl.tiny.tokenizer import VOCAB_SIZE_PADDED, build_tokenizer
+from fp8rl.world.evaluate import EvalConfig, _summarise, evaluate
+from fp8rl.world.model import build_model
+from fp8rl.world.tasks import FAMILIES
+from fp8rl.world.tokenizer import VOCAB_SIZE_PADDED, build_tokenizer
 
 
 def _rec(item: str, correct: bool, **kw):
@@ -36,7 +36,7 @@ def test_avg_at_k_and_pass_at_k_by_hand() -> None:
 
 
 def test_garbled_is_malformed_or_mostly_repeated() -> None:
-    from fp8rl.tiny.evaluate import is_garbled
+    from fp8rl.world.evaluate import is_garbled
 
     assert not is_garbled("12 + 5 = 17 \\boxed{17}")
     assert is_garbled("12 + 5 = 17")  # no boxed answer
@@ -66,8 +66,8 @@ def test_bad_settings_are_rejected() -> None:
 
 
 def test_a_limit_is_a_sample_stratified_by_difficulty_not_a_prefix() -> None:
-    from fp8rl.tiny.evaluate import item_counts, select_items
-    from fp8rl.tiny.tasks import load_eval_set
+    from fp8rl.world.evaluate import item_counts, select_items
+    from fp8rl.world.tasks import load_eval_set
 
     items = load_eval_set("modulo")
     picked = select_items(items, 50, (1, 2, 3))

@@ -7,9 +7,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from fp8rl.numerics import apply_fp8_training
 from fp8rl.runs import RunStore, latest_checkpoint, list_hf_exports, load_checkpoint
-from fp8rl.tiny.export import EXPORT_INFO_FILE, export_hf_checkpoint
-from fp8rl.tiny.tokenizer import build_tokenizer
 from fp8rl.tiny.train import export_steps, train
+from fp8rl.world.export import EXPORT_INFO_FILE, export_hf_checkpoint
+from fp8rl.world.tokenizer import build_tokenizer
 
 from quick_runs import quick
 from tiny_models import tiny_qwen3
@@ -103,7 +103,7 @@ def test_a_run_exports_the_steps_it_evaluates_and_changes_no_number(tmp_path, ca
 
 
 def test_an_export_leaves_the_global_rng_as_it_was(tmp_path) -> None:
-    from fp8rl.tiny.export import export_step
+    from fp8rl.world.export import export_step
 
     model = tiny_qwen3(vocab=128)
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""Progress bars (fp8rl.tiny.progress): off by default, on through the function or
+"""Progress bars (fp8rl.world.progress): off by default, on through the function or
 FP8RL_PROGRESS, on stderr with count/total and ETA, log lines kept whole, and never a
 change in the numbers of the phases that draw them."""
 
@@ -13,18 +13,18 @@ import pytest
 import torch
 
 from fp8rl.runs import read_step_log
-from fp8rl.tiny import progress
-from fp8rl.tiny.model import build_model
-from fp8rl.tiny.progress import (
+from fp8rl.tiny.train import train
+from fp8rl.world import progress
+from fp8rl.world.model import build_model
+from fp8rl.world.progress import (
     ENV_VAR,
     disable_progress_bars,
     enable_progress_bars,
     progress_bar,
     progress_bars_enabled,
 )
-from fp8rl.tiny.sft import SFTConfig, sft_train
-from fp8rl.tiny.tokenizer import VOCAB_SIZE_PADDED, build_tokenizer
-from fp8rl.tiny.train import train
+from fp8rl.world.sft import SFTConfig, sft_train
+from fp8rl.world.tokenizer import VOCAB_SIZE_PADDED, build_tokenizer
 
 from quick_runs import quick
 
