@@ -14,7 +14,7 @@ from fp8rl.runs import RunStatus, RunSummary
 from fp8rl.tiny.noise import measure_noise
 from fp8rl.tiny.settings import NAME, resolve_config
 from fp8rl.tiny.train import export_steps, train_request
-from fp8rl.world.model import get_preset
+from fp8rl.world.presets import get_preset
 from fp8rl.world.sft import SHIPPED_DIR, base_model_key, default_cache_dir, sft_config
 from fp8rl.world.tokenizer import VOCAB_SIZE_PADDED
 

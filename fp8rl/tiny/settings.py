@@ -17,7 +17,7 @@ from fp8rl.config import ConfigError, RunConfig, resolve
 from fp8rl.config.request import ResolvedConfig
 from fp8rl.numerics.bf16 import native_bf16_available
 from fp8rl.world.evaluate import EvalConfig, item_counts
-from fp8rl.world.model import PRESETS, get_preset, mimic_block_size
+from fp8rl.world.presets import PRESETS, get_preset, mimic_block_size
 from fp8rl.world.tasks import DIFFICULTIES, FAMILIES, PROMPT_BUDGET
 from fp8rl.world.tokenizer import VOCAB_SIZE_PADDED
 

@@ -1,9 +1,9 @@
 """The verl backend: the paper's full-scale runs on verl + vLLM on Ray (docs/verl_backend.md),
 and fp8rl's method inside verl (FSDP actor, vLLM rollout).
 
-A backend room, sibling of ``fp8rl.tiny``: it uses ``numerics``, ``rl``, ``rewards``, ``runs``
-and ``config``, never ``tiny`` or ``experiments``. Modules (import them directly; this file
-imports nothing, so ``import fp8rl.verl_ext`` stays cheap):
+A backend room, sibling of ``fp8rl.tiny``: it uses ``numerics``, ``rl``, ``rewards``, ``runs``,
+``config`` and the tiny world (``world``), never ``tiny`` or ``experiments``. Modules (import
+them directly; this file imports nothing, so ``import fp8rl.verl_ext`` stays cheap):
 
 - ``backend``: :class:`~fp8rl.verl_ext.backend.VerlBackend`, the ``backend=verl`` protocol;
 - ``settings``: its checks, resolution and the run-config keys it does not read;
@@ -18,6 +18,7 @@ imports nothing, so ``import fp8rl.verl_ext`` stays cheap):
 - ``data``: the shared benchmark files and verl's parquet; ``reward``: the math reward;
 - ``launch``: running verl into the run store; ``ingest``: verl's logs -> the run store;
 - ``cost``: GPU time per step, an estimate;
+- ``tiny_world``: a tiny model's run prepared from the tiny world (base model, parquet);
 - ``dist_calibration``: Calibrated Clipping over the global batch of data-parallel ranks;
 - ``rollout_quant``, ``vllm_rollout``, ``vllm_plugin``: vLLM rollout weights per tensor,
   channel or 128x128 block, and the hook that installs them on each weight sync;

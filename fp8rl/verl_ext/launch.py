@@ -57,7 +57,7 @@ POLL_S = 30.0
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 #: The repository root (its ``scripts/`` and the ``fp8rl`` package every Ray worker imports).
 REPO = Path(__file__).resolve().parents[2]
-#: Prepares a tiny model's run (the tiny world: fp8rl.tiny, which this room may not import).
+#: Prepares a tiny model's run from the tiny world (``fp8rl.verl_ext.tiny_world.prepare``).
 TINY_PREPARE = REPO / "scripts" / "verl_prepare_tiny.py"
 
 
@@ -107,8 +107,8 @@ def _environment(launch: VerlLaunch) -> dict[str, str]:
 def _prepare_tiny(
     cfg: RunConfig, files: RunFiles, python: str, cache_dir: str | Path | None
 ) -> None:
-    """The tiny base and the tiny task families of a tiny model's run (a subprocess: the
-    tiny world is another room's)."""
+    """The tiny base and the tiny task families of a tiny model's run (a subprocess: a cache
+    miss builds the SFT base in its own process)."""
     atomic_write_text(files.run_config, json.dumps(cfg.to_dict(), indent=1) + "\n")
     command = [python, str(TINY_PREPARE), "--config", str(files.run_config)]
     command += ["--out", str(files.verl_dir)]

@@ -14,6 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from fp8rl.world.presets import PRESETS as WORLD_PRESETS
+from fp8rl.world.tasks import FAMILIES, PROMPT_BUDGET
+
 __all__ = [
     "PRESETS",
     "TINY_FAMILIES",
@@ -64,18 +67,16 @@ def get_model(hf_id: str) -> VerlModel:
 
 
 #: The tiny models as models of the verl backend (``model=tiny-*``, on ``cluster=local_cpu``):
-#: the tiny base exported as a Hugging Face Qwen3 (``scripts/verl_prepare_tiny.py`` builds or
-#: loads it and writes it under ``<run>/verl/model``). Name -> context (max positions). The
-#: tiny room owns them (``fp8rl.world.model.PRESETS``; a test holds the two equal): the verl
-#: backend may not import it.
-TINY_PRESETS: dict[str, int] = {"tiny-test": 512, "tiny-s": 512, "tiny-m": 512, "tiny-l": 512}
-#: The tiny task families (``fp8rl.world.tasks.FAMILIES``; the same test).
-TINY_FAMILIES: tuple[str, ...] = (
-    "add_sub", "multiply", "order_of_ops", "modulo", "max_min", "digit_sum", "linear_eq",
-    "fraction_of",
-)  # fmt: skip
-#: Prompt positions of a tiny prompt (= ``fp8rl.tiny.settings.PROMPT_BUDGET``).
-TINY_PROMPT_LENGTH = 64
+#: the tiny base exported as a Hugging Face Qwen3 (``fp8rl.verl_ext.tiny_world`` builds or
+#: loads it and writes it under ``<run>/verl/model``). Name -> context (max positions), from
+#: the tiny world's presets (``fp8rl.world.presets``).
+TINY_PRESETS: dict[str, int] = {
+    name: preset.max_position_embeddings for name, preset in WORLD_PRESETS.items()
+}
+#: The tiny task families (``fp8rl.world.tasks.FAMILIES``).
+TINY_FAMILIES: tuple[str, ...] = FAMILIES
+#: Prompt positions of a tiny prompt (``fp8rl.world.tasks.PROMPT_BUDGET``).
+TINY_PROMPT_LENGTH: int = PROMPT_BUDGET
 
 
 #: A tiny model's agent loop (``fp8rl.verl_ext.agent_loop``): its name in verl's registry, the

@@ -40,7 +40,8 @@ from fp8rl.runs.atomic import atomic_directory
 from fp8rl.world import tasks
 from fp8rl.world.evaluate import EvalConfig, evaluate
 from fp8rl.world.export import write_hf_checkpoint
-from fp8rl.world.model import PRESETS, build_model
+from fp8rl.world.model import build_model
+from fp8rl.world.presets import PRESETS
 from fp8rl.world.progress import progress_bar, transformers_bars_off
 from fp8rl.world.tasks import Problem, training_mix
 from fp8rl.world.tokenizer import EOS_ID, PAD_ID, VOCAB_SIZE_PADDED, build_tokenizer, vocabulary

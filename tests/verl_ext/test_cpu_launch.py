@@ -1,7 +1,7 @@
 """``cluster=local_cpu`` with a tiny model on the verl backend, checked offline: the
 translation composes with verl's own config and selects fp8rl's CPU platform and rollout;
-the tiny world the verl room restates equals the tiny room's; the cluster keys stay out of
-the run id; the launcher stops every process verl's session leaves behind."""
+every tiny prompt fits the prompt length verl is given; the cluster keys stay out of the
+run id; the launcher stops every process verl's session leaves behind."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fp8rl.config import ClusterConfig, ConfigError
 from fp8rl.experiments.backends import resolve_run
@@ -46,13 +47,22 @@ def check_built(launch: VerlLaunch) -> object:
     return built
 
 
-def test_the_tiny_world_restated_for_verl_is_the_tiny_rooms() -> None:
-    from fp8rl.world.model import PRESETS
-    from fp8rl.world.tasks import FAMILIES, PROMPT_BUDGET
+def test_every_tiny_prompt_fits_the_prompt_length_verl_is_given() -> None:
+    """verl drops (or truncates) a prompt longer than ``data.max_prompt_length``: every
+    training and held-out prompt of the tiny world fits the length a tiny model's launch
+    sets, and every tiny model option of the Hydra tree is a tiny model on verl."""
+    from fp8rl.world.tasks import load_eval_set, training_mix
+    from fp8rl.world.tokenizer import build_tokenizer
 
-    assert TINY_PRESETS == {n: p.max_position_embeddings for n, p in PRESETS.items()}
-    assert TINY_FAMILIES == FAMILIES
-    assert TINY_PROMPT_LENGTH == PROMPT_BUDGET
+    tok = build_tokenizer()
+    problems = training_mix(2000, 0) + [p for f in TINY_FAMILIES for p in load_eval_set(f)]
+    assert max(len(tok.encode(p.prompt)) for p in problems) <= TINY_PROMPT_LENGTH
+    (_, launch), *_ = launches("test", *CPU)
+    ov = dict(o.lstrip("+").split("=", 1) for o in launch.overrides)
+    assert int(ov["data.max_prompt_length"]) == TINY_PROMPT_LENGTH
+    options = Path(__file__).parents[2] / "experiments" / "conf" / "model"
+    presets = {yaml.safe_load(f.read_text())["preset"] for f in options.glob("tiny-*.yaml")}
+    assert presets and presets <= set(TINY_PRESETS)
 
 
 def test_a_tiny_model_on_the_cpu_translates_to_fp8rls_cpu_platform_and_rollout() -> None:

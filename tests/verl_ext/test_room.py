@@ -1,9 +1,9 @@
 """fp8rl.verl_ext is a backend, sibling of fp8rl.tiny (DESIGN.md "Who may import whom"): it
-uses the ground floor (numerics, rl, rewards, runs) and the run config, never the tiny
-backend, the experiment system or the analysis; importing it needs no GPU, no vLLM and no
-Ray cluster; it logs and returns, never prints or reads argv; and the modules that must work
-without a GPU stack (the distributed calibrator, the rollout quantiser) import neither verl
-nor vLLM."""
+uses the ground floor (numerics, rl, rewards, runs), the run config and the tiny world
+(fp8rl.world), never the tiny backend, the experiment system or the analysis; importing it
+needs no GPU, no vLLM and no Ray cluster; it logs and returns, never prints or reads argv;
+and the modules that must work without a GPU stack (the distributed calibrator, the
+rollout quantiser) import neither verl nor vLLM."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ ALLOWED = (
     "fp8rl.rl",
     "fp8rl.rewards",
     "fp8rl.runs",
+    "fp8rl.world",
     "fp8rl.evaluation.benchmarks",  # the shared benchmark schema (stdlib only), not the runner
 )
 FORBIDDEN = ("fp8rl.tiny", "fp8rl.experiments", "fp8rl.analysis")

@@ -9,7 +9,8 @@ import torch
 from transformers import Qwen3ForCausalLM
 
 from fp8rl.numerics import RolloutQuantConfig, apply_fp8_training, get_recipe, make_rollout_model
-from fp8rl.world.model import PRESETS, TinyPreset, build_model, mimic_block_size, qwen3_config
+from fp8rl.world.model import build_model, qwen3_config
+from fp8rl.world.presets import PRESETS, TinyPreset, mimic_block_size
 
 VOCAB = 128
 

@@ -44,11 +44,11 @@ def test_importing_the_world_loads_no_backend() -> None:
     assert modules_loaded_by(modules, watched) == []
 
 
-def test_the_tasks_load_without_torch() -> None:
-    """The task families, the draw seed and the prompt budget are plain Python: a backend's
-    settings read them without loading torch."""
+def test_the_presets_and_tasks_load_without_torch() -> None:
+    """The presets, the task families, the draw seed and the prompt budget are plain Python:
+    a backend's settings (fp8rl.verl_ext.presets) read them without loading torch."""
     watched = "m.split('.')[0] in ('torch', 'transformers')"
-    assert modules_loaded_by("fp8rl.world.tasks", watched) == []
+    assert modules_loaded_by("fp8rl.world.presets, fp8rl.world.tasks", watched) == []
 
 
 def test_library_code_never_prints_or_reads_argv() -> None:
