@@ -31,7 +31,10 @@ def test_analysis_imports_no_backend_and_not_the_experiment_system() -> None:
 
 
 def test_importing_the_report_loads_no_backend() -> None:
-    watched = "m.startswith(('fp8rl.tiny', 'fp8rl.verl_ext', 'fp8rl.experiments', 'vllm', 'verl'))"
+    watched = (
+        "m.startswith(('fp8rl.tiny', 'fp8rl.world', 'fp8rl.verl_ext', 'fp8rl.experiments', "
+        "'vllm', 'verl'))"
+    )
     assert modules_loaded_by("fp8rl.analysis.report", watched) == []
 
 

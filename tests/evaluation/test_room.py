@@ -24,7 +24,7 @@ def test_evaluation_imports_no_backend() -> None:
 
 def test_importing_the_store_loads_no_backend_lm_eval_or_vllm() -> None:
     watched = (
-        "m.startswith(('fp8rl.tiny', 'fp8rl.verl_ext', 'fp8rl.experiments', 'vllm', "
+        "m.startswith(('fp8rl.tiny', 'fp8rl.world', 'fp8rl.verl_ext', 'fp8rl.experiments', 'vllm', "
         "'lm_eval', 'datasets'))"
     )
     assert modules_loaded_by("fp8rl.evaluation.store", watched) == []
