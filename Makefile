@@ -129,6 +129,10 @@ bench-trainer: setup ## Time the tiny RL step by phase per recipe and the calibr
 bench-cli: setup ## How long sweep.py takes to answer (--help, config errors, --status) vs an earlier commit, interleaved: make bench-cli ARGS="--against 7dbb020"
 	$(PY) benchmarks/bench_cli.py $(ARGS)
 
+.PHONY: bench-verl-cpu
+bench-verl-cpu: setup ## One run config on the tiny backend and on verl's real trainer on this CPU, side by side: step times and start-up
+	$(PY) benchmarks/bench_verl_cpu.py $(ARGS)
+
 .PHONY: bench-scaled-mm
 bench-scaled-mm: setup ## CPU FP8 GEMM (torch._scaled_mm, TorchAO's path) vs dequantise + FP32 matmul
 	$(PY) benchmarks/bench_scaled_mm.py
