@@ -34,8 +34,8 @@ lint: setup ## ruff check and format check
 	$(VENV)/bin/ruff format --check fp8rl tests benchmarks scripts analysis sweep.py hydra_plugins
 
 .PHONY: reproduce-table2
-reproduce-table2: setup ## Table 2 at tiny scale: run the grids (resumable), export to results/, write docs/reports/, print the table. QUICK=1 (the pipeline check), MEDIUM=1 (50 steps, 9 arms), FULL=1 (the pre-registered study), SEEDS=0,1,2, BACKEND= (times: docs/analysis.md, measured)
-	$(PY) analysis/reproduce_table2.py $(if $(QUICK),--size quick,$(if $(FULL),--size full --jobs 2 --threads 1,$(if $(MEDIUM),--size medium,--size default --jobs 2 --threads 1))) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(BACKEND),--backend $(BACKEND)) $(ARGS)
+reproduce-table2: setup ## Table 2 at tiny scale: run the grids (resumable), export to results/, write docs/reports/, print the table. QUICK=1 (the pipeline check), MEDIUM=1 (50 steps, 9 arms), FULL=1 (the pre-registered study), SEEDS=0,1,2, BACKEND=verl CLUSTER=local_cpu (verl's trainer on this CPU; QUICK=1 only in reasonable time) (times: docs/analysis.md, measured)
+	$(PY) analysis/reproduce_table2.py $(if $(QUICK),--size quick,$(if $(FULL),--size full --jobs 2 --threads 1,$(if $(MEDIUM),--size medium,--size default --jobs 2 --threads 1))) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(BACKEND),--backend $(BACKEND)) $(if $(CLUSTER),--cluster $(CLUSTER)) $(ARGS)
 
 .PHONY: report
 report: setup ## Rebuild a report folder from results/: make report ARGS="--experiment table2_default [--export-from runs]"
@@ -128,6 +128,10 @@ bench-trainer: setup ## Time the tiny RL step by phase per recipe and the calibr
 .PHONY: bench-cli
 bench-cli: setup ## How long sweep.py takes to answer (--help, config errors, --status) vs an earlier commit, interleaved: make bench-cli ARGS="--against 7dbb020"
 	$(PY) benchmarks/bench_cli.py $(ARGS)
+
+.PHONY: bench-verl-cpu
+bench-verl-cpu: setup ## One run config on the tiny backend and on verl's real trainer on this CPU, side by side: step times and start-up
+	$(PY) benchmarks/bench_verl_cpu.py $(ARGS)
 
 .PHONY: bench-scaled-mm
 bench-scaled-mm: setup ## CPU FP8 GEMM (torch._scaled_mm, TorchAO's path) vs dequantise + FP32 matmul

@@ -1,8 +1,8 @@
 """make reproduce-table2: run the Table-2 grid (resumable), export it, report it, print it.
 
     python analysis/reproduce_table2.py [--size quick|default|medium|full] [--seeds 0,1,2]
-        [--backend tiny] [--threads 2] [--runs-dir runs] [--cache-dir D] [--results-dir D]
-        [--report-dir D] [--report-only] [--jobs N]
+        [--backend tiny] [--cluster local_cpu] [--threads 2] [--runs-dir runs]
+        [--cache-dir D] [--results-dir D] [--report-dir D] [--report-only] [--jobs N]
 
 Each grid prints its plan and estimated time (as sweep.py does) before running it; a
 second call skips finished runs and rebuilds the report in seconds. The grids, folders
@@ -96,6 +96,7 @@ def main() -> int:
     ap.add_argument("--size", choices=list(SIZES), default="default")
     ap.add_argument("--seeds", default=None, help="comma-separated seeds replacing the size's")
     ap.add_argument("--backend", default="tiny")
+    ap.add_argument("--cluster", default=None, help="cluster option (local_cpu: verl on this CPU)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(
         "--jobs", type=int, default=1, help="grids run at once (the study: --jobs 2 --threads 1)"
@@ -112,6 +113,7 @@ def main() -> int:
             args.size,
             seeds=args.seeds,
             backend=args.backend,
+            cluster=args.cluster,
             threads=args.threads,
             runs_dir=args.runs_dir,
             cache_dir=args.cache_dir,

@@ -43,6 +43,7 @@ __all__ = [
     "STUDY_CONTROL_GRANULARITY",
     "STUDY_GRANULARITIES",
     "STUDY_PROTOCOL",
+    "TINY_MODEL_OPTIONS",
     "Table2Plan",
     "control_grids",
     "plan_table2",
@@ -73,6 +74,18 @@ SMALL_ARMS: tuple[tuple[str, str], ...] = (
     ("bf16", "standard"),
 )
 
+#: The model option of each size's tiny model, named on a backend whose own default model is
+#: another (``backend=verl cluster=local_cpu``: verl's real trainer on this CPU runs the tiny
+#: study; the model then selects the tiny scale, ``fp8rl.experiments.compose.with_world_scale``).
+TINY_MODEL_OPTIONS: dict[str, str] = {
+    "quick": "tiny_test",
+    "default": "tiny-s",
+    "medium": "tiny-s",
+    "full": "tiny-s",
+}
+#: Clusters that run the tiny study on a cluster backend (``experiments/conf/cluster/``).
+CPU_CLUSTERS = ("local_cpu",)
+
 #: The granularity G of the study's two controls (lower-only CC, CISPO): the noisiest one,
 #: as the protocol chooses it.
 STUDY_CONTROL_GRANULARITY = "rowwise"
@@ -99,6 +112,7 @@ def plan_table2(
     *,
     seeds: str | None = None,
     backend: str = "tiny",
+    cluster: str | None = None,
     threads: int = 2,
     runs_dir: Path | str = "runs",
     cache_dir: Path | str | None = None,
@@ -108,8 +122,11 @@ def plan_table2(
     """The grids and folders of ``make reproduce-table2`` at ``size`` (module docstring).
 
     ``seeds``: a comma-separated list replacing the size's seeds (``0,1,2``);
-    ``cache_dir``: the base-model cache (None: the backend's default). Raises ConfigError
-    for an unknown size or a malformed seed list.
+    ``cache_dir``: the base-model cache (None: the backend's default); ``cluster``: a
+    ``cluster`` option for a cluster backend (``local_cpu``: the tiny study through verl's
+    trainer on this CPU, the size's tiny model named, :data:`TINY_MODEL_OPTIONS`). Raises
+    ConfigError for an unknown size, a malformed seed list or a cluster without a cluster
+    backend.
     """
     if size not in SIZES:
         raise ConfigError(f"unknown size {size!r}: expected one of {', '.join(SIZES)}")
@@ -123,8 +140,15 @@ def plan_table2(
     common = [f"+experiment={experiment}", f"threads={threads}", f"runs_dir={runs_dir}"]
     if cache_dir is not None:
         common.append(f"cache_dir={cache_dir}")
-    if backend != "tiny":
-        common.append(f"backend={backend}")
+    if backend != "tiny":  # its own experiment folder: a report never mixes two backends' runs
+        experiment = f"{experiment}_{backend}"
+        common += [f"backend={backend}", f"experiment_name={experiment}"]
+    if cluster is not None:
+        if backend == "tiny":
+            raise ConfigError(f"CLUSTER={cluster}: a cluster is a cluster backend's (BACKEND=verl)")
+        common.append(f"cluster={cluster}")
+        if cluster in CPU_CLUSTERS:
+            common.append(f"model={TINY_MODEL_OPTIONS[size]}")
     if seeds is not None:
         common.append(f"seed={seeds}")
     rollout_arm = [*common, "granularity=fp8_rollout_only", "clipping=standard"]
@@ -140,6 +164,8 @@ def plan_table2(
         base = runs_dir / "reports" if size == "quick" else Path("docs/reports")
         report_dir = base / experiment
     extra = f" SEEDS={seeds}" if seeds is not None else ""
+    if backend != "tiny":
+        extra += f" BACKEND={backend}" + (f" CLUSTER={cluster}" if cluster else "")
     commands = [f"make reproduce-table2{SIZE_FLAGS[size]}{extra}"]
     return Table2Plan(
         size, experiment, grids, runs_dir, Path(results_dir), Path(report_dir), commands

@@ -19,13 +19,17 @@ from fp8rl.runs import RunStore, RunSummary
 from fp8rl.verl_ext.cost import VerlCost
 from fp8rl.verl_ext.hooks import HOOKS
 from fp8rl.verl_ext.launch import POLL_S, launch_problems, run_verl
-from fp8rl.verl_ext.presets import get_model, is_tiny
+from fp8rl.verl_ext.presets import TINY_PRESETS, get_model, is_tiny
 from fp8rl.verl_ext.settings import NAME, resolve_config
 from fp8rl.verl_ext.translate import RunFiles, VerlLaunch, translate
 
 __all__ = ["VerlBackend"]
 
 logger = logging.getLogger(__name__)
+
+#: Bytes per parameter of a verl run on the CPU: FP32 master weights, gradients and two Adam
+#: moments (16), the rollout server's FP32 copy (4).
+CPU_BYTES_PER_PARAM = 20
 
 
 class VerlBackend:
@@ -73,6 +77,15 @@ class VerlBackend:
     def check_launch(self, cfg: RunConfig, exp: Any) -> None:
         """ConfigError when ``cfg`` cannot be launched from here (``sweep.py`` asks before a
         grid registers any run): :func:`fp8rl.verl_ext.launch.launch_problems`."""
+        if exp.cluster.device == "cpu" and not is_tiny(cfg.model.preset):
+            m = get_model(cfg.model.preset)
+            raise ConfigError(
+                f"cluster=local_cpu runs the tiny models ({', '.join(TINY_PRESETS)}): "
+                f"{m.hf_id} ({m.params_b}B parameters) would need about "
+                f"{CPU_BYTES_PER_PARAM * m.params_b:.0f} GB for its FP32 weights, gradients, "
+                "Adam state and rollout copy, and its weights from the Hub; run it with "
+                "cluster=gpu on a GPU node"
+            )
         launch = self.launch(cfg, exp, Path(exp.runs_dir) / exp.experiment_name / "<run id>")
         problems = launch_problems(launch, exp.cluster)
         if problems:

@@ -53,6 +53,25 @@ def test_plan_sizes_grids_and_folders(tmp_path):
         plan_table2("quick", seeds="0,x")
 
 
+def test_the_quick_size_on_verls_cpu_cluster_runs_the_tiny_study_into_its_own_folder(tmp_path):
+    from fp8rl.experiments.backends import resolve_run
+    from fp8rl.experiments.compose import Composer, expand_grid
+
+    plan = plan_table2("quick", backend="verl", cluster="local_cpu", runs_dir=tmp_path)
+    assert plan.experiment == "table2_quick_verl"  # never mixed with the tiny backend's runs
+    assert plan.commands == ["make reproduce-table2 QUICK=1 BACKEND=verl CLUSTER=local_cpu"]
+    with Composer() as compose:
+        points = [p for grid in plan.grids for p in expand_grid(grid, compose)]
+        runs = [resolve_run(compose(p)) for p in points]
+    assert len(runs) == 9  # 4 granularities x 2 clippings + the FP8-rollout row
+    assert {r.config.backend.name for r in runs} == {"verl"}
+    assert {r.config.model.preset for r in runs} == {"tiny-test"}  # the tiny study's model
+    assert {r.experiment.experiment_name for r in runs} == {"table2_quick_verl"}
+    assert {r.experiment.cluster.device for r in runs} == {"cpu"}
+    with pytest.raises(ConfigError, match="CLUSTER=local_cpu: a cluster is a cluster backend"):
+        plan_table2("quick", cluster="local_cpu")
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

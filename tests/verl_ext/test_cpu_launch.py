@@ -146,3 +146,11 @@ def test_a_tiny_study_validates_at_its_own_length_through_fp8rls_agent_loop() ->
     assert capped(params, {}) == params and capped(params, None) == params
     with pytest.raises(ValueError, match="a response cap must be >= 1"):
         capped(params, {"max_tokens": 0})
+
+
+def test_a_model_too_large_for_the_cpu_cluster_is_refused_before_ray_starts() -> None:
+    with Composer() as compose:
+        r = resolve_run(compose(["+experiment=test", "backend=verl", "cluster=local_cpu"]))
+    assert r.config.model.preset == "Qwen/Qwen3-0.6B-Base"  # the verl test study's model
+    with pytest.raises(ConfigError, match=r"runs the tiny models .* about 12 GB .* cluster=gpu"):
+        VerlBackend().check_launch(r.config, r.experiment)
