@@ -87,6 +87,8 @@ from typing import Any
 import torch
 from torch import nn
 
+import fp8rl  # before any torchao import: quiets its log lines about GPU kernels it skips
+
 
 @dataclass(frozen=True)
 class Model:
@@ -720,8 +722,6 @@ def _cpu_name() -> str:
 def environment(s: Settings) -> dict[str, Any]:
     """torch, CUDA, the GPU or CPU, torchao's version and where it and fp8rl came from."""
     import torchao
-
-    import fp8rl
 
     env: dict[str, Any] = {
         "python": platform.python_version(),

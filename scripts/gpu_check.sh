@@ -86,14 +86,16 @@ if ((DRY_RUN)); then
     exit 0
 fi
 
-"$PY" -c 'import sys, torch; print(f"python {sys.version.split()[0]}, torch {torch.__version__}, cuda {torch.version.cuda}, gpu {torch.cuda.is_available()}")' \
-    || die "'$PY' cannot import torch"
 mkdir -p "$TARGET"
 echo "install: ${INSTALL[*]}"
 "${INSTALL[@]}"
-"$PY" -c 'import torchao; print(f"torchao {torchao.__version__} from {torchao.__file__}")' \
-    || die "torchao does not import from $TARGET"
+PKG="$(basename "$WHEEL")"
+PKG="${PKG%%-*}"  # the distribution name of the wheel's file name: torchao
+"$PY" -c "import $PKG as m; print(m.__name__, getattr(m, '__version__', '?'), 'from', m.__file__)" \
+    || die "$PKG does not import from $TARGET"
 ((INSTALL_ONLY)) && exit 0
+"$PY" -c 'import sys, torch; print(f"python {sys.version.split()[0]}, torch {torch.__version__}, cuda {torch.version.cuda}, gpu {torch.cuda.is_available()}")' \
+    || die "'$PY' cannot import torch"
 
 mkdir -p "$OUT_DIR"
 if command -v nvidia-smi >/dev/null; then nvidia-smi >"$OUT_DIR/nvidia-smi.txt" 2>&1 || true; fi
