@@ -185,7 +185,7 @@ class Settings:
             iters=20 if gpu else 3,
             block_size=GPU_BLOCK if gpu else GPU_BLOCK // CPU_WIDTH_FACTOR,
             variants=tuple(VARIANTS),
-            rounding_shape=(2048, 5120) if gpu else (256, 512),
+            rounding_shape=(1024, 5120) if gpu else (256, 512),
         )
         return dataclasses.replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
