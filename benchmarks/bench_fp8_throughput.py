@@ -365,6 +365,21 @@ def _step(r: _Runner, x: torch.Tensor, dy: torch.Tensor) -> None:
     r.out = y.detach()
 
 
+def _start(
+    v: Variant, base: nn.Module, s: Settings, compiled: bool, x: torch.Tensor, dy: torch.Tensor
+) -> tuple[_Runner, float]:
+    """Build ``v``, run its warm-up calls (a compiled one compiles on the first) and time one
+    more call: the runner and that call's seconds (how many calls fit a round)."""
+    r = _build(v, base, s, compiled)
+    for _ in range(s.warmup):
+        _step(r, x, dy)
+    _sync(s.device)
+    t0 = time.perf_counter()
+    _step(r, x, dy)
+    _sync(s.device)
+    return r, time.perf_counter() - t0
+
+
 def _module_name(mod: nn.Module) -> str:
     inner = getattr(mod, "_orig_mod", mod)
     return type(inner[0]).__name__ if isinstance(inner, nn.Sequential) else type(inner).__name__
@@ -394,37 +409,33 @@ def measure_shape(
             continue
         compiled = v.compiled and s.compile
         try:
-            r = _build(v, base, s, compiled)
-            for _ in range(s.warmup):  # compiles on the first call
-                _step(r, x, dy)
+            r, one = _start(v, base, s, compiled, x, dy)
         except Exception as err:  # a row says what failed; the run goes on
             if not compiled:
                 t.skipped = _why(err)
                 continue
             t.compile_error = _why(err)
             try:
-                r = _build(v, base, s, compiled=False)
-                for _ in range(s.warmup):
-                    _step(r, x, dy)
+                r, one = _start(v, base, s, False, x, dy)
             except Exception as err2:
                 t.skipped = _why(err2)
                 continue
         t.module, t.compiled = _module_name(r.module), r.compiled
-        _sync(s.device)
-        t0 = time.perf_counter()
-        _step(r, x, dy)
-        _sync(s.device)
-        one = time.perf_counter() - t0
         t.iters = max(1, min(s.iters, math.floor(s.round_seconds / max(one, 1e-9))))
         runners.append(r)
     times: dict[str, list[float]] = {r.variant.name: [] for r in runners}
     for _ in range(s.repeats):
-        for r in runners:
+        for r in list(runners):
             n = timings[r.variant.name].iters or 1
-            t0 = time.perf_counter()
-            for _ in range(n):
-                _step(r, x, dy)
-            _sync(s.device)
+            try:
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    _step(r, x, dy)
+                _sync(s.device)
+            except Exception as err:  # e.g. out of memory on a later call: no number
+                timings[r.variant.name].skipped = _why(err)
+                runners.remove(r)
+                continue
             times[r.variant.name].append((time.perf_counter() - t0) / n)
     ref = next((r.out for r in runners if r.variant.name == "bf16"), None)
     for r in runners:
