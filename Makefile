@@ -141,6 +141,13 @@ bench-scaled-mm: setup ## CPU FP8 GEMM (torch._scaled_mm, TorchAO's path) vs deq
 bench-fp8-throughput: setup ## TorchAO float8 vs BF16 fwd+bwd of Qwen3-8B/14B, Qwen2.5-32B linears (GPU; CPU: reduced, not comparable); ARGS="--json out.json"
 	$(PY) benchmarks/bench_fp8_throughput.py $(ARGS)
 
+# make gpu-check runs on the GPU machine's own interpreter (no venv there: Python 3.12)
+GPU_PYTHON ?= python3
+
+.PHONY: gpu-check
+gpu-check: ## The GPU check (issue 32), no venv: TorchAO wheel from wheels/ via pip --target, repo on PYTHONPATH, bench_fp8_throughput.py under 8 min into OUT_DIR (default outputs/gpu-check); ARGS="--dry-run"
+	PYTHON=$(GPU_PYTHON) bash scripts/gpu_check.sh $(if $(OUT_DIR),--out $(OUT_DIR)) $(ARGS)
+
 .PHONY: clean
 clean: ## Remove caches (keeps .venv and runs/)
 	rm -rf .pytest_cache .ruff_cache build *.egg-info
