@@ -75,10 +75,12 @@ def test_blockwise_fp8_with_cc_on_verl_calibrates_on_step_1_and_validates(tmp_pa
     eps = cfg.algorithm.eps_low
     assert first["fp8rl/calib/is_calibration_step"] == 1.0  # fp8rl's calibrated actor
     assert first["fp8rl/clip_low"] == pytest.approx(1 - eps)  # step 1 at the standard bounds
-    # step 2 trains at the bounds step 1 calibrated
+    assert first["fp8rl/calib/n_tokens"] > 0  # the step's tokens went through the calibrator
+    # step 2 trains at the bounds step 1 calibrated. Whether they moved depends on the
+    # samples (a bound holds where BF16's clipped tail is empty), and the samples on how
+    # verl's concurrent requests were batched in the rollout server: not asserted
     assert second["fp8rl/clip_low"] == pytest.approx(first["fp8rl/calib/new_clip_low"])
     assert second["fp8rl/clip_high"] == pytest.approx(first["fp8rl/calib/new_clip_high"])
-    assert (second["fp8rl/clip_low"], second["fp8rl/clip_high"]) != (1 - eps, 1 + eps)
     assert max(r["data"]["response_length/max"] for r in records) <= 24  # training's cap
     evals = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
     assert [e["step"] for e in evals] == [0, 2]
