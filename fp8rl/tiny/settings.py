@@ -10,13 +10,12 @@ reason; a test checks that every other leaf of the schema is read by the backend
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from fp8rl.config import ConfigError, RunConfig, resolve
 from fp8rl.config.request import ResolvedConfig
 from fp8rl.numerics.settings import native_bf16_available
-from fp8rl.world.eval_config import EvalConfig, item_counts
+from fp8rl.world.eval_config import EvalConfig, eval_config, item_counts  # noqa: F401
 from fp8rl.world.presets import PRESETS, get_preset, mimic_block_size
 from fp8rl.world.tasks import DIFFICULTIES, FAMILIES, PROMPT_BUDGET
 from fp8rl.world.tokenizer import VOCAB_SIZE_PADDED
@@ -119,18 +118,6 @@ def resolve_config(cfg: RunConfig) -> ResolvedConfig:
     block = mimic_block_size(cfg.model.preset)  # divides every width by construction
     resolved, unused = resolve(cfg, default_block_size=block, families=FAMILIES)
     return ResolvedConfig(resolved, NAME, unused)
-
-
-def eval_config(cfg: RunConfig) -> EvalConfig:
-    """The held-out evaluation's config: the ``eval`` field of each EvalConfig field's name
-    (``eval.every`` and ``eval.precision`` say when and on which copy)."""
-    values = {f.name: getattr(cfg.eval, f.name) for f in dataclasses.fields(EvalConfig)}
-    values["families"] = tuple(values["families"] if values["families"] is not None else FAMILIES)
-    levels = (
-        values["difficulties"] if values["difficulties"] is not None else cfg.rollout.difficulties
-    )
-    values["difficulties"] = tuple(sorted(set(levels)))
-    return EvalConfig(**values)
 
 
 def max_seq_len(cfg: RunConfig) -> int:

@@ -1,17 +1,19 @@
-"""What a held-out evaluation takes, without running one: :class:`EvalConfig` and the
-stratified item counts (:func:`item_counts`). Torch-free (``fp8rl.world.evaluate`` runs the
+"""What a held-out evaluation takes, without running one: :class:`EvalConfig`, a run
+config's (:func:`eval_config`, the same on both backends) and the stratified item counts
+(:func:`item_counts`). Torch-free (``fp8rl.world.evaluate`` runs the
 evaluation and re-exports these), so resolving a run's settings loads no torch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fp8rl.config import stratified_counts
+from fp8rl.config import RunConfig, stratified_counts
 from fp8rl.world.tasks import DIFFICULTIES, EVAL_ITEMS_PER_DIFFICULTY, FAMILIES
 
-__all__ = ["EvalConfig", "item_counts"]
+__all__ = ["EvalConfig", "eval_config", "item_counts"]
 
 
 @dataclass(frozen=True)
@@ -56,3 +58,15 @@ def item_counts(limit: int | None, difficulties: Sequence[int]) -> dict[int, int
             f"{per * len(levels)} for difficulties {levels}; use 1..{per * len(levels)} or None"
         )
     return stratified_counts(limit, levels)
+
+
+def eval_config(cfg: RunConfig) -> EvalConfig:
+    """The held-out evaluation's config: the ``eval`` field of each EvalConfig field's name
+    (``eval.every`` and ``eval.precision`` say when and on which copy)."""
+    values = {f.name: getattr(cfg.eval, f.name) for f in dataclasses.fields(EvalConfig)}
+    values["families"] = tuple(values["families"] if values["families"] is not None else FAMILIES)
+    levels = (
+        values["difficulties"] if values["difficulties"] is not None else cfg.rollout.difficulties
+    )
+    values["difficulties"] = tuple(sorted(set(levels)))
+    return EvalConfig(**values)
