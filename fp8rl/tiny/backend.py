@@ -11,11 +11,9 @@ from fp8rl.config import ClusterConfig, RunConfig
 from fp8rl.config.request import ResolvedConfig, RunRequest
 from fp8rl.numerics.registry import recipe_decl
 from fp8rl.runs import RunStatus, RunSummary
-from fp8rl.tiny.noise import measure_noise
-from fp8rl.tiny.settings import NAME, resolve_config
-from fp8rl.tiny.train import export_steps, train_request
+from fp8rl.tiny.settings import NAME, export_steps, resolve_config
+from fp8rl.world.bases import SHIPPED_DIR, base_model_key, default_cache_dir, sft_config
 from fp8rl.world.presets import get_preset
-from fp8rl.world.sft import SHIPPED_DIR, base_model_key, default_cache_dir, sft_config
 from fp8rl.world.tokenizer import VOCAB_SIZE_PADDED
 
 __all__ = ["DEFAULT_STEP_S", "TinyBackend", "TinyCost"]
@@ -198,9 +196,13 @@ class TinyBackend:
         in this process."""
         if request.config_for(self.name).task == "noise_probe":
             return self._probe(request)
+        from fp8rl.tiny.train import train_request  # torch: only a run needs it
+
         return train_request(request)
 
     def _probe(self, request: RunRequest) -> RunSummary:
+        from fp8rl.tiny.noise import measure_noise  # torch: only a probe needs it
+
         resolved = request.resolved
         with request.store.open_run(request.experiment, resolved.to_dict()) as run:
             status = run.status.get("status", "")

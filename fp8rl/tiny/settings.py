@@ -10,13 +10,12 @@ reason; a test checks that every other leaf of the schema is read by the backend
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from fp8rl.config import ConfigError, RunConfig, resolve
 from fp8rl.config.request import ResolvedConfig
-from fp8rl.numerics.bf16 import native_bf16_available
-from fp8rl.world.evaluate import EvalConfig, item_counts
+from fp8rl.numerics.settings import native_bf16_available
+from fp8rl.world.eval_config import EvalConfig, eval_config, item_counts  # noqa: F401
 from fp8rl.world.presets import PRESETS, get_preset, mimic_block_size
 from fp8rl.world.tasks import DIFFICULTIES, FAMILIES, PROMPT_BUDGET
 from fp8rl.world.tokenizer import VOCAB_SIZE_PADDED
@@ -25,6 +24,7 @@ __all__ = [
     "NAME",
     "UNUSED",
     "eval_config",
+    "export_steps",
     "max_seq_len",
     "recipe_kwargs",
     "resolve_config",
@@ -120,18 +120,6 @@ def resolve_config(cfg: RunConfig) -> ResolvedConfig:
     return ResolvedConfig(resolved, NAME, unused)
 
 
-def eval_config(cfg: RunConfig) -> EvalConfig:
-    """The held-out evaluation's config: the ``eval`` field of each EvalConfig field's name
-    (``eval.every`` and ``eval.precision`` say when and on which copy)."""
-    values = {f.name: getattr(cfg.eval, f.name) for f in dataclasses.fields(EvalConfig)}
-    values["families"] = tuple(values["families"] if values["families"] is not None else FAMILIES)
-    levels = (
-        values["difficulties"] if values["difficulties"] is not None else cfg.rollout.difficulties
-    )
-    values["difficulties"] = tuple(sorted(set(levels)))
-    return EvalConfig(**values)
-
-
 def max_seq_len(cfg: RunConfig) -> int:
     """The sampler's sequence budget: prompt positions plus the longest generation."""
     return PROMPT_BUDGET + max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)
@@ -142,3 +130,12 @@ def recipe_kwargs(cfg: RunConfig) -> dict[str, Any]:
     g = cfg.granularity
     block = {} if g.block_size is None else {"block_size": g.block_size}  # else get_recipe's
     return {**block, "include_lm_head": g.lm_head}
+
+
+def export_steps(cfg: RunConfig) -> list[int]:
+    """The steps ``export_hf`` exports: those the run evaluates (0, every ``eval.every``, the
+    last), or the last alone in a run that never evaluates."""
+    every = cfg.eval.every
+    if not every:
+        return [cfg.steps]
+    return sorted({0, *range(every, cfg.steps + 1, every), cfg.steps})

@@ -111,6 +111,7 @@ from fp8rl.tiny.batch import (
 from fp8rl.tiny.settings import (
     NAME,
     eval_config,
+    export_steps,
     max_seq_len,
     recipe_kwargs,
     resolve_config,
@@ -742,15 +743,6 @@ def train_run(request: RunRequest, run: Run) -> RunSummary:
     return RunSummary(
         run.run_id, run.path, run.decision.value, status, last, tr.start, metrics, tr.last_eval
     )
-
-
-def export_steps(cfg: RunConfig) -> list[int]:
-    """The steps ``export_hf`` exports: those the run evaluates (0, every ``eval.every``, the
-    last), or the last alone in a run that never evaluates."""
-    every = cfg.eval.every
-    if not every:
-        return [cfg.steps]
-    return sorted({0, *range(every, cfg.steps + 1, every), cfg.steps})
 
 
 def export_kept_checkpoints(

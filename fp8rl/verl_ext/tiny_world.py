@@ -14,7 +14,8 @@ verl for ``model=tiny-*``, in a subprocess (``scripts/verl_prepare_tiny.py``).
   the training mix (``rollout.difficulties``), each round drawn with the tiny backend's
   per-step seed (``fp8rl.world.tasks.derived_seed(seed, step, 0)``);
   ``<out>/data/val_<family>.parquet``: each ``eval.families`` held-out set (null: every tiny
-  family) (its first ``eval.limit`` items), with verl's fields (``fp8rl.verl_ext.data``'s
+  family) (the tiny backend's stratified sample of ``eval.limit`` items over the evaluated
+  difficulties), with verl's fields (``fp8rl.verl_ext.data``'s
   schema, ``data_source`` = the family).
 
 This module imports torch and transformers (the SFT build); nothing else in the verl room
@@ -33,8 +34,10 @@ import pandas as pd
 from fp8rl.config import RunConfig
 from fp8rl.verl_ext.presets import TINY_CAP_KEY
 from fp8rl.verl_ext.translate import eval_families
+from fp8rl.world.eval_config import eval_config
+from fp8rl.world.evaluate import select_items
 from fp8rl.world.sft import build_base_model, sft_config
-from fp8rl.world.tasks import Problem, derived_seed, make_eval_set, training_mix
+from fp8rl.world.tasks import Problem, derived_seed, load_eval_set, training_mix
 
 __all__ = ["CHAT_TEMPLATE", "prepare"]
 
@@ -76,8 +79,10 @@ def prepare(cfg: RunConfig, out: Path, cache_dir: Path | None = None) -> dict[st
             rows.append(_row(p, "train", len(rows), r.max_new_tokens))
     pd.DataFrame(rows).to_parquet(data / "train.parquet")
     sizes = {"train": len(rows)}
+    levels = eval_config(cfg).difficulties
     for family in eval_families(cfg) if cfg.eval.every else ():
-        items = make_eval_set(family)[: cfg.eval.limit]
+        # the tiny backend's items: the stratified sample over the evaluated difficulties
+        items = select_items(load_eval_set(family), cfg.eval.limit, levels)
         cap = cfg.eval.max_new_tokens
         frame = pd.DataFrame([_row(p, "test", i, cap) for i, p in enumerate(items)])
         frame.to_parquet(data / f"val_{family}.parquet")

@@ -17,8 +17,10 @@ wrapped as a ``transformers.PreTrainedTokenizerFast``, so ``save_pretrained`` /
 
 from __future__ import annotations
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the tokenizer libraries load on first build: the vocabulary needs neither
+    from transformers import PreTrainedTokenizerFast
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIAL_TOKENS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
@@ -45,6 +47,9 @@ def vocabulary() -> dict[str, int]:
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
     """The character-level tokenizer, built in code (no network, no files)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
     backend = Tokenizer(models.WordLevel(vocab=vocabulary(), unk_token=UNK_TOKEN))
     # Every character is its own piece; "[\s\S]" also matches the newline.
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")

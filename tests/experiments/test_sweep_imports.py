@@ -77,6 +77,26 @@ def test_a_schema_error_loads_no_torch(tmp_path: Path, args: list[str], line: st
     assert heavy == [], f"{args} imported {heavy}"
 
 
+def test_the_status_of_a_finished_grid_loads_no_torch(tmp_path: Path) -> None:
+    """``--status`` plans the grid (ids, set-ups, costs) through the tiny backend, which
+    loads its trainer only to run (issue 32: it took 9 s and more, mostly torch)."""
+    runs = tmp_path / "runs"
+    grid = ("+experiment=test", "granularity=bf16", f"runs_dir={runs}")
+    assert sweep(tmp_path, *grid, timeout=300).returncode == 0
+    out, heavy = _run(tmp_path, "--status", *grid)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "│ done " in out.stdout and "2/2" in out.stdout
+    assert heavy == []
+
+
+def test_the_compute_cap_message_loads_no_torch(tmp_path: Path) -> None:
+    """The cost model's estimate in a steps-over-the-cap error needs the tiny backend's
+    cost prior, not its trainer."""
+    out, heavy = _run(tmp_path, "steps=1000000000000", f"runs_dir={tmp_path / 'runs'}")
+    assert out.returncode == 2 and "a cap on compute: the cost model puts" in out.stderr
+    assert heavy == []
+
+
 def test_help_loads_no_torch(tmp_path: Path) -> None:
     out, heavy = _run(tmp_path, "--help")
     assert out.returncode == 0, out.stderr

@@ -10,8 +10,10 @@ from transformers import AutoTokenizer
 from fp8rl.config import override
 from fp8rl.verl_ext.presets import TINY_CAP_KEY
 from fp8rl.verl_ext.tiny_world import CHAT_TEMPLATE, prepare
+from fp8rl.world.eval_config import eval_config
+from fp8rl.world.evaluate import select_items
 from fp8rl.world.sft import base_model_key, sft_config
-from fp8rl.world.tasks import derived_seed, training_mix
+from fp8rl.world.tasks import derived_seed, load_eval_set, training_mix
 
 from quick_runs import QUICK
 
@@ -38,3 +40,15 @@ def test_prepare_writes_the_tiny_base_and_each_steps_draw(tmp_path, cache) -> No
         val = pd.read_parquet(tmp_path / "data" / f"val_{family}.parquet")
         assert list(val["data_source"]) == [family]
         assert val["extra_info"][0][TINY_CAP_KEY] == cfg.eval.max_new_tokens
+
+
+def test_the_held_out_rows_are_the_items_the_tiny_backend_evaluates(tmp_path, cache) -> None:
+    """The stratified sample over the evaluated difficulties (fp8rl.world.evaluate), not
+    the first ``eval.limit`` items of a set stored in difficulty order (all difficulty 1)."""
+    cfg = override(QUICK, {"eval.every": 1, "eval.limit": 6, "eval.families": ["add_sub"]})
+    prepare(cfg, tmp_path, cache)
+    ec = eval_config(cfg)
+    expected = select_items(load_eval_set("add_sub"), ec.limit, ec.difficulties)
+    val = pd.read_parquet(tmp_path / "data" / "val_add_sub.parquet")
+    assert [row["id"] for row in val["extra_info"]] == [p.id for p in expected]
+    assert len({p.difficulty for p in expected}) == len(ec.difficulties) > 1

@@ -45,10 +45,13 @@ def test_importing_the_world_loads_no_backend() -> None:
 
 
 def test_the_presets_and_tasks_load_without_torch() -> None:
-    """The presets, the task families, the draw seed and the prompt budget are plain Python:
-    a backend's settings (fp8rl.verl_ext.presets) read them without loading torch."""
-    watched = "m.split('.')[0] in ('torch', 'transformers')"
-    assert modules_loaded_by("fp8rl.world.presets, fp8rl.world.tasks", watched) == []
+    """The presets, the task families, the draw seed, the prompt budget, the vocabulary, a
+    base model's config, key and cache, and the held-out evaluation's config are plain
+    Python: a backend's settings (fp8rl.verl_ext.presets) and the planning of runs
+    (``sweep.py --status``) read them without loading torch."""
+    watched = "m.split('.')[0] in ('torch', 'transformers', 'tokenizers')"
+    light = "fp8rl.world.presets, fp8rl.world.tasks, fp8rl.world.tokenizer, fp8rl.world.bases"
+    assert modules_loaded_by(f"{light}, fp8rl.world.eval_config", watched) == []
 
 
 def test_library_code_never_prints_or_reads_argv() -> None:

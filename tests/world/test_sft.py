@@ -106,3 +106,14 @@ def test_rebuilding_the_shipped_study_base_matches_it(tmp_path) -> None:
             limit = 0.03 if "/all/" in name else 0.08
             assert abs(rebuilt["eval_greedy"][name] - value) <= limit, name
     assert abs(rebuilt["final_loss"] - reference["final_loss"]) <= 0.15 * reference["final_loss"]
+
+
+def test_the_base_key_reads_torchs_version_without_importing_it() -> None:
+    """fp8rl.world.bases.torch_version (distribution metadata) is what the key always held,
+    ``torch.__version__`` without its local label: a different string would rebuild every
+    cached base."""
+    import torch
+
+    from fp8rl.world.bases import torch_version
+
+    assert torch_version() == torch.__version__.split("+")[0]
