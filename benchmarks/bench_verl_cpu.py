@@ -27,22 +27,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_cli import cpu_name  # torch-free, like this script
+
 REPO = Path(__file__).resolve().parent.parent
 BACKENDS: dict[str, tuple[str, ...]] = {
     "tiny": ("backend=tiny",),
     "verl": ("backend=verl", "cluster=local_cpu"),
 }
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def run_once(backend: str, arm: tuple[str, str], steps: int) -> dict[str, float]:
