@@ -27,9 +27,9 @@ import torch
 from fp8rl.evaluation.benchmarks import TINY_BENCHMARKS
 from fp8rl.evaluation.runner import run_lm_eval
 from fp8rl.evaluation.settings import LmEvalSettings
-from fp8rl.world.evaluate import EvalConfig, evaluate_problems, select_items
+from fp8rl.world.evaluate import EvalConfig, evaluate_problems, held_out_items
 from fp8rl.world.sft import SHIPPED_DIR, load_base_model
-from fp8rl.world.tasks import DIFFICULTIES, load_eval_set
+from fp8rl.world.tasks import DIFFICULTIES
 
 MODEL = SHIPPED_DIR / "tiny-s-s0-a74f16acbea2"
 
@@ -62,9 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     base = load_base_model(args.model)
-    problems = [
-        p for f in TINY_BENCHMARKS for p in select_items(load_eval_set(f), args.limit, DIFFICULTIES)
-    ]
+    problems = [p for f in TINY_BENCHMARKS for p in held_out_items(f, args.limit, DIFFICULTIES)]
     n = len(problems)
     rows = [("in-loop evaluator (tiny sampler, FP32, batch 256)", in_loop_s(base, problems, 256))]
     for dtype in ("float32", "bfloat16"):

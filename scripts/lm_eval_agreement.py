@@ -36,7 +36,7 @@ from fp8rl.evaluation.agreement import compare_greedy, paired_difference
 from fp8rl.evaluation.benchmarks import TINY_BENCHMARKS
 from fp8rl.evaluation.runner import run_lm_eval
 from fp8rl.evaluation.settings import LmEvalSettings
-from fp8rl.world.evaluate import EvalConfig, evaluate_problems, select_items
+from fp8rl.world.evaluate import EvalConfig, evaluate_problems, held_out_items
 from fp8rl.world.sft import SHIPPED_DIR, load_base_model
 from fp8rl.world.tasks import DIFFICULTIES, load_eval_set
 
@@ -47,7 +47,7 @@ MAX_NEW_TOKENS = 80  # the in-loop evaluator's default and the tiny tasks' max_g
 
 def in_loop(base: Any, families: list[str], limit: int | None, cfg: EvalConfig) -> dict:
     """{id: [(response, correct), ...]} of the in-loop evaluator, k samples per item."""
-    problems = [p for f in families for p in select_items(load_eval_set(f), limit, DIFFICULTIES)]
+    problems = [p for f in families for p in held_out_items(f, limit, DIFFICULTIES)]
     with torch.inference_mode():
         records = evaluate_problems(base.model, base.tokenizer, problems, cfg, max_seq_len=192)
     out: dict[str, list] = {}

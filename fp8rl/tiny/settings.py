@@ -15,7 +15,7 @@ from typing import Any
 from fp8rl.config import ConfigError, RunConfig, resolve
 from fp8rl.config.request import ResolvedConfig
 from fp8rl.numerics.settings import native_bf16_available
-from fp8rl.world.eval_config import EvalConfig, eval_config, item_counts  # noqa: F401
+from fp8rl.world.eval_config import eval_config, item_counts
 from fp8rl.world.presets import PRESETS, get_preset, mimic_block_size
 from fp8rl.world.tasks import DIFFICULTIES, FAMILIES, PROMPT_BUDGET
 from fp8rl.world.tokenizer import VOCAB_SIZE_PADDED

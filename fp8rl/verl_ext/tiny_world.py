@@ -34,10 +34,9 @@ import pandas as pd
 from fp8rl.config import RunConfig
 from fp8rl.verl_ext.presets import TINY_CAP_KEY
 from fp8rl.verl_ext.translate import eval_families
-from fp8rl.world.eval_config import eval_config
-from fp8rl.world.evaluate import select_items
+from fp8rl.world.eval_config import eval_config, held_out_items
 from fp8rl.world.sft import build_base_model, sft_config
-from fp8rl.world.tasks import Problem, derived_seed, load_eval_set, training_mix
+from fp8rl.world.tasks import Problem, derived_seed, training_mix
 
 __all__ = ["CHAT_TEMPLATE", "prepare"]
 
@@ -81,8 +80,7 @@ def prepare(cfg: RunConfig, out: Path, cache_dir: Path | None = None) -> dict[st
     sizes = {"train": len(rows)}
     levels = eval_config(cfg).difficulties
     for family in eval_families(cfg) if cfg.eval.every else ():
-        # the tiny backend's items: the stratified sample over the evaluated difficulties
-        items = select_items(load_eval_set(family), cfg.eval.limit, levels)
+        items = held_out_items(family, cfg.eval.limit, levels)  # the tiny backend's items
         cap = cfg.eval.max_new_tokens
         frame = pd.DataFrame([_row(p, "test", i, cap) for i, p in enumerate(items)])
         frame.to_parquet(data / f"val_{family}.parquet")

@@ -1,7 +1,8 @@
 """What a held-out evaluation takes, without running one: :class:`EvalConfig`, a run
-config's (:func:`eval_config`, the same on both backends) and the stratified item counts
-(:func:`item_counts`). Torch-free (``fp8rl.world.evaluate`` runs the
-evaluation and re-exports these), so resolving a run's settings loads no torch.
+config's (:func:`eval_config`, the same on both backends), the stratified item counts
+(:func:`item_counts`) and the items they pick (:func:`held_out_items`). Torch-free
+(``fp8rl.world.evaluate`` runs the evaluation and re-exports these), so resolving a run's
+settings loads no torch.
 """
 
 from __future__ import annotations
@@ -11,9 +12,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fp8rl.config import RunConfig, stratified_counts
-from fp8rl.world.tasks import DIFFICULTIES, EVAL_ITEMS_PER_DIFFICULTY, FAMILIES
+from fp8rl.world.tasks import (
+    DIFFICULTIES,
+    EVAL_ITEMS_PER_DIFFICULTY,
+    FAMILIES,
+    Problem,
+    load_eval_set,
+)
 
-__all__ = ["EvalConfig", "eval_config", "item_counts"]
+__all__ = ["EvalConfig", "eval_config", "held_out_items", "item_counts", "select_items"]
 
 
 @dataclass(frozen=True)
@@ -70,3 +77,24 @@ def eval_config(cfg: RunConfig) -> EvalConfig:
     )
     values["difficulties"] = tuple(sorted(set(levels)))
     return EvalConfig(**values)
+
+
+def select_items(
+    items: Sequence[Problem], limit: int | None, difficulties: Sequence[int]
+) -> list[Problem]:
+    """The stratified sample of one family's held-out ``items`` (:func:`item_counts`),
+    in difficulty order."""
+    counts = item_counts(limit, difficulties)
+    out: list[Problem] = []
+    for level, n in counts.items():
+        pool = [p for p in items if p.difficulty == level]
+        if len(pool) < n:
+            raise ValueError(f"{len(pool)} held-out items at difficulty {level}, {n} needed")
+        out.extend(pool[:n])
+    return out
+
+
+def held_out_items(family: str, limit: int | None, difficulties: Sequence[int]) -> list[Problem]:
+    """The held-out items an evaluation of ``family`` answers: the committed set's stratified
+    sample (:func:`select_items`), on either backend."""
+    return select_items(load_eval_set(family), limit, difficulties)

@@ -45,12 +45,9 @@ from fp8rl.rewards import (  # the garbled rule lives with the reward's definiti
     repeat_4gram_frac,
 )
 from fp8rl.sampling.sampler import Sampler
-from fp8rl.world.eval_config import EvalConfig, item_counts
+from fp8rl.world.eval_config import EvalConfig, held_out_items, item_counts, select_items
 from fp8rl.world.progress import progress_bar
-from fp8rl.world.tasks import (
-    Problem,
-    load_eval_set,
-)
+from fp8rl.world.tasks import Problem
 from fp8rl.world.tokenizer import EOS_ID, PAD_ID
 
 __all__ = [
@@ -59,26 +56,12 @@ __all__ = [
     "EvalResult",
     "evaluate",
     "evaluate_problems",
+    "held_out_items",
     "is_garbled",
     "item_counts",
     "repeat_4gram_frac",
     "select_items",
 ]
-
-
-def select_items(
-    items: Sequence[Problem], limit: int | None, difficulties: Sequence[int]
-) -> list[Problem]:
-    """The stratified sample of one family's held-out ``items`` (:func:`item_counts`),
-    in difficulty order."""
-    counts = item_counts(limit, difficulties)
-    out: list[Problem] = []
-    for level, n in counts.items():
-        pool = [p for p in items if p.difficulty == level]
-        if len(pool) < n:
-            raise ValueError(f"{len(pool)} held-out items at difficulty {level}, {n} needed")
-        out.extend(pool[:n])
-    return out
 
 
 @dataclass
@@ -173,7 +156,7 @@ def evaluate(
     """Evaluate ``model`` on the held-out sets of ``cfg.families`` (see module docstring)."""
     problems: list[Problem] = []
     for family in cfg.families:
-        problems.extend(select_items(load_eval_set(family), cfg.limit, cfg.difficulties))
+        problems.extend(held_out_items(family, cfg.limit, cfg.difficulties))
     was_training = model.training
     model.eval()
     try:
