@@ -140,15 +140,8 @@ def plan_table2(
     common = [f"+experiment={experiment}", f"threads={threads}", f"runs_dir={runs_dir}"]
     if cache_dir is not None:
         common.append(f"cache_dir={cache_dir}")
-    if backend != "tiny":  # its own experiment folder: a report never mixes two backends' runs
-        experiment = f"{experiment}_{backend}"
-        common += [f"backend={backend}", f"experiment_name={experiment}"]
-    if cluster is not None:
-        if backend == "tiny":
-            raise ConfigError(f"CLUSTER={cluster}: a cluster is a cluster backend's (BACKEND=verl)")
-        common.append(f"cluster={cluster}")
-        if cluster in CPU_CLUSTERS:
-            common.append(f"model={TINY_MODEL_OPTIONS[size]}")
+    experiment, placed = _backend_overrides(size, experiment, backend, cluster)
+    common += placed
     if seeds is not None:
         common.append(f"seed={seeds}")
     rollout_arm = [*common, "granularity=fp8_rollout_only", "clipping=standard"]
@@ -170,6 +163,25 @@ def plan_table2(
     return Table2Plan(
         size, experiment, grids, runs_dir, Path(results_dir), Path(report_dir), commands
     )
+
+
+def _backend_overrides(
+    size: str, experiment: str, backend: str, cluster: str | None
+) -> tuple[str, list[str]]:
+    """The experiment folder and the overrides that place a size's grids on ``backend`` (and
+    ``cluster``): a backend other than tiny gets its own folder, so a report never mixes two
+    backends' runs; a CPU cluster names the size's tiny model."""
+    overrides: list[str] = []
+    if backend != "tiny":
+        experiment = f"{experiment}_{backend}"
+        overrides += [f"backend={backend}", f"experiment_name={experiment}"]
+    if cluster is not None:
+        if backend == "tiny":
+            raise ConfigError(f"CLUSTER={cluster}: a cluster is a cluster backend's (BACKEND=verl)")
+        overrides.append(f"cluster={cluster}")
+        if cluster in CPU_CLUSTERS:
+            overrides.append(f"model={TINY_MODEL_OPTIONS[size]}")
+    return experiment, overrides
 
 
 def control_grids(
