@@ -583,8 +583,9 @@ def dump_samples(tr: Trainer, rec: StepRecord) -> None:
     Which rows: :func:`fp8rl.rl.step_metrics.dump_rows` (off-policy mini-batches, prompts
     in a run-independent order, each prompt's worst and best response first). Per token:
     :func:`fp8rl.rl.step_metrics.token_records`; per step the bounds in force, the loss,
-    where pi_old came from and the TIS threshold; per response its batch row, group and
-    mini-batch. Reads the step's tensors only: metrics and run ids do not depend on it.
+    where pi_old came from and the TIS threshold; per response its batch row, group,
+    mini-batch and token ids (prompt and response). Reads the step's tensors only: metrics
+    and run ids do not depend on it.
     """
     cfg, batch, upd = tr.cfg, rec.rollout.batch, rec.update
     rows = dump_rows(
@@ -610,7 +611,8 @@ def dump_samples(tr: Trainer, rec: StepRecord) -> None:
             {"id": p.id, "question": p.question, "answer": p.answer, "response": row.text,
              "score": row.score, "correct": row.acc == 1.0, "finished": row.finished,
              "row": i, "group": row.group, "minibatch": int(upd.minibatch[i]),
-             "off_policy": bool(upd.last_mask[i].any()), "tokens": tokens}
+             "off_policy": bool(upd.last_mask[i].any()), "prompt_ids": row.prompt,
+             "response_ids": row.tokens, "tokens": tokens}
         )  # fmt: skip
     correction = cfg.correction()
     dump = {

@@ -13,7 +13,14 @@ changes, each an override of one method:
 - ``_update_actor``: the update batch carries verl's step number (``global_steps``) and the
   old-log-prob source (``algorithm.rollout_correction.bypass_mode``), which the actor's
   calibration schedule and mask need (:data:`~fp8rl.verl_ext.calibrated_actor.STEP_KEY`,
-  :data:`~fp8rl.verl_ext.calibrated_actor.BYPASS_KEY`).
+  :data:`~fp8rl.verl_ext.calibrated_actor.BYPASS_KEY`);
+- ``_submit_batch_to_rollout`` and ``_balance_batch``: the step's batch in a fixed order. verl's
+  replay buffer hands the trainer the trajectories (keys ``{uid}_{session}_{index}``) in the
+  order their rollouts finished, which varies from run to run; the trainer puts them back in
+  the order the prompts were drawn, each prompt's sessions in session order - the tiny
+  backend's prompt-major order - before verl balances the batch over data-parallel ranks (a
+  no-op with one rank). Mini-batches, and so every number of the update, then follow the
+  draw, not the timing (``fp8rl.verl_ext.agreement``).
 
 How verl finds it: the trainer runs in verl's ``TaskRunnerV1`` Ray actor, which resolves the
 trainer name right after importing verl. The ``verl.plugins`` entry point
@@ -41,10 +48,25 @@ from fp8rl.verl_ext.trainer_plugin import ENV_VAR, TRAINER_MODE
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ENV_VAR", "TRAINER_MODE", "Fp8rlPPOTrainerSync"]
+__all__ = ["ENV_VAR", "TRAINER_MODE", "Fp8rlPPOTrainerSync", "draw_order"]
 
 #: The roles verl's base trainer maps to ``ActorRolloutRefWorker``.
 _ACTOR_ROLES = (Role.ActorRollout, Role.ActorRolloutRef, Role.Actor, Role.RefPolicy)
+
+
+def draw_order(keys: list[str], prompt_order: dict[str, int]) -> list[int]:
+    """The permutation of a batch's trajectory ``keys`` (``{uid}_{session}_{index}``) that puts
+    them in prompt draw order (``prompt_order[uid]``), then session, then output index; keys
+    of another form keep their place after those."""
+
+    def rank(i: int) -> tuple:
+        parts = keys[i].rsplit("_", 2)
+        known = len(parts) == 3 and parts[0] in prompt_order
+        if known and parts[1].isdigit() and parts[2].isdigit():
+            return (0, prompt_order[parts[0]], int(parts[1]), int(parts[2]), i)
+        return (1, 0, 0, 0, i)
+
+    return sorted(range(len(keys)), key=rank)
 
 
 @register_trainer(TRAINER_MODE)
@@ -56,6 +78,17 @@ class Fp8rlPPOTrainerSync(PPOTrainerSync):
         for role in _ACTOR_ROLES:
             if role in self.role_worker_mapping:
                 self.role_worker_mapping[role] = ray.remote(Fp8rlActorRolloutRefWorker)
+
+    def _submit_batch_to_rollout(self, batch: Any) -> int:
+        order = self.__dict__.setdefault("_fp8rl_prompt_order", {})
+        for uid in list(batch["uid"]):
+            order.setdefault(str(uid), len(order))
+        return super()._submit_batch_to_rollout(batch)
+
+    def _balance_batch(self, batch: Any, metrics: Any, *args: Any, **kwargs: Any) -> Any:
+        order = self.__dict__.get("_fp8rl_prompt_order", {})
+        batch.reorder(draw_order(list(batch.keys), order))
+        return super()._balance_batch(batch, metrics, *args, **kwargs)
 
     def _update_actor(self, batch: Any, metrics: dict) -> Any:
         correction = self.config.algorithm.get("rollout_correction", None) or {}

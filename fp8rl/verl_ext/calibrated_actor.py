@@ -70,6 +70,7 @@ from fp8rl.runs import atomic_write_text
 from fp8rl.verl_ext.dist_calibration import DistributedCalibrator, comm_device
 from fp8rl.verl_ext.fp8_engine import FP8FSDPEngineWithLMHead, engine_recipe
 from fp8rl.verl_ext.hooks import CalibratedClippingConfig
+from fp8rl.verl_ext.token_dump import DumpSpec, TokenDump
 
 logger = logging.getLogger(__name__)
 
@@ -277,6 +278,17 @@ def _actor_config_of(loss_fn: Any) -> Any:
     return keywords.get("config")
 
 
+def _observing(loss_fn: Any, dump: TokenDump) -> Any:
+    """``loss_fn`` that first hands each micro-batch's model output to ``dump``."""
+
+    def loss(*args: Any, **kwargs: Any) -> Any:
+        if "model_output" in kwargs and "data" in kwargs:
+            dump.observe(kwargs["data"], kwargs["model_output"])
+        return loss_fn(*args, **kwargs)
+
+    return loss
+
+
 class Fp8rlTrainingWorker(TrainingWorker):
     """verl's ``TrainingWorker`` with Calibrated Clipping around its updates (the module
     docstring) and a check that an FP8 engine config got fp8rl's FP8 engine."""
@@ -293,6 +305,9 @@ class Fp8rlTrainingWorker(TrainingWorker):
         self.calibration: ActorCalibration | None = None
         self._record: StepRecord | None = None
         self.last_record: StepRecord | None = None  # the last shadow step's (for inspection)
+        self.dump_spec = DumpSpec.from_env()  # token dumps (fp8rl.verl_ext.token_dump)
+        self._dump: TokenDump | None = None
+        self._tokenizer: Any = None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def set_loss_fn(self, loss_fn: Any) -> None:
@@ -315,25 +330,56 @@ class Fp8rlTrainingWorker(TrainingWorker):
         step = tu.pop(data, key=STEP_KEY, default=None)
         bypass = bool(tu.pop(data, key=BYPASS_KEY, default=False))
         cal = self.calibration
-        if cal is None:
+        spec = self.dump_spec
+        dump = TokenDump(spec, step, data, bypass) if spec and spec.wants(step) else None
+        if cal is None and dump is None:
             return super().train_mini_batch(data)
-        plan = cal.plan(step)
+        plan = cal.plan(step) if cal is not None else None
         record = None
-        if plan.shadowing:
-            record = StepRecord(data, tu.get(data, key="epochs", default=1), bypass)
+        if dump is not None or (plan is not None and plan.shadowing):
             data[ROW_KEY] = torch.arange(data.shape[0], device=data.device)
+        if plan is not None and plan.shadowing:
+            record = StepRecord(data, tu.get(data, key="epochs", default=1), bypass)
             record.set_old_bf16(self._shadow_old_log_probs(data), data)
-        self._record = record
+        if dump is not None:
+            actor = _actor_config_of(self.loss_fn)
+            dump.bounds = plan.bounds if plan is not None else resolve_bounds(actor)
+        self._record, self._dump = record, dump
         try:
             output = super().train_mini_batch(data)
         finally:
-            self._record = None
+            self._record, self._dump = None, None
         self.last_record = record
+        if dump is not None:
+            self._write_dump(dump)
+        if cal is None or plan is None:
+            return output
         metrics = cal.finish(plan, record)
         if output is None:
             return None
         merged = {**tu.get(output, "metrics"), **{k: [v] for k, v in metrics.items()}}
         return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": merged}).cpu()
+
+    def _write_dump(self, dump: TokenDump) -> None:
+        """Rank 0 writes the step's token dump from every data-parallel rank's rows."""
+        rows = dump.rows()
+        group = self.engine.get_data_parallel_group()
+        rank = 0
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size(group) > 1:
+            gathered: list[Any] = [None] * dist.get_world_size(group)
+            dist.all_gather_object(gathered, rows, group=group)
+            rank = dist.get_rank(group)
+            rows, offset = [], 0
+            for part in gathered:  # rows numbered across ranks, rank by rank
+                rows += [{**r, "row": r["row"] + offset} for r in part]
+                offset += len(part)
+        if rank != 0:
+            return
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(dump.spec.tokenizer)
+        dump.write(rows, self._tokenizer, self._tokenizer.eos_token_id)
 
     def _shadow_old_log_probs(self, data: Any) -> Any:
         """The BF16 shadow of ``pi_old``: verl's old-log-prob pass (``infer_batch``, its
@@ -349,18 +395,27 @@ class Fp8rlTrainingWorker(TrainingWorker):
 
     @register(dispatch_mode=_TRAIN_MESH, blocking=False)
     def train_batch(self, data: Any) -> Any:
-        record = self._record
-        if record is None:
+        record, dump = self._record, self._dump
+        if record is None and dump is None:
             return super().train_batch(data)
         rows = data[ROW_KEY]
         engine = self.engine
-        assert isinstance(engine, FP8FSDPEngineWithLMHead)
-        engine.shadow_recorder = record.record if record.wants(rows) else None
+        inner = self.loss_fn
+        if record is not None:
+            assert isinstance(engine, FP8FSDPEngineWithLMHead)
+            engine.shadow_recorder = record.record if record.wants(rows) else None
+        if dump is not None:
+            dump.visit(rows.cpu())
+            self.loss_fn = _observing(inner, dump)
         try:
             output = super().train_batch(data)
         finally:
             engine.shadow_recorder = None
-        record.visited(rows)
+            self.loss_fn = inner
+        if record is not None:
+            record.visited(rows)
+        if dump is not None:
+            dump.visited()
         return output
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -27,12 +27,14 @@ import os
 import types
 from typing import Any
 
+from fp8rl.verl_ext.presets import CPU_ROLLOUT_NAME
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["ROLLOUT_NAME", "dedupe_backend", "register"]
 
 #: ``actor_rollout_ref.rollout.name`` of the CPU rollout.
-ROLLOUT_NAME = "fp8rl_cpu"
+ROLLOUT_NAME = CPU_ROLLOUT_NAME
 _done: set[str] = set()
 
 

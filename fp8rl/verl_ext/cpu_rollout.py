@@ -10,9 +10,16 @@ unreachable from it). This module is that server for ``rollout.name=fp8rl_cpu``
   copy) and its rollout engine built by :func:`fp8rl.numerics.make_rollout_model` -- BF16, or
   FP8 W8A8 per tensor, channel or block -- sampled by :class:`fp8rl.sampling.sampler.Sampler`
   exactly as the tiny backend samples (log-probs of the temperature-scaled full
-  distribution). Concurrent ``generate`` calls with the same sampling parameters are batched
-  (one sampler call per batch). Each weight sync loads the trainer's weights into the master
-  and re-quantises the engine (:func:`fp8rl.numerics.sync_rollout_weights`).
+  distribution). A request that names its seeded batch (``fp8rl.verl_ext.agent_loop``,
+  "Seeded batches": a tiny run's training step or held-out chunk) waits for the rest of that
+  batch, which is then sampled in one call in the tiny backend's row order with the tiny
+  backend's seed: the same samples as the tiny backend draws, whatever order verl's requests
+  arrive in (a batch whose rows do not all arrive within :data:`SEEDED_WAIT_S` fails, each
+  request with an error naming it). Other concurrent ``generate`` calls with the same
+  sampling parameters are batched as they arrive (one sampler call per batch, seeded by the
+  server's count of batches: reproducible only as far as arrival order is). Each weight sync
+  loads the trainer's weights into the master and re-quantises the engine
+  (:func:`fp8rl.numerics.sync_rollout_weights`).
 - :class:`CpuServerAdapter`, the trainer side (``BaseRollout``, built by verl's
   ``ActorRolloutRefWorker``): ``update_weights`` gathers the named tensors verl's engine
   yields and sends them to the server; sleep/resume are no-ops (there is no GPU memory).
@@ -29,6 +36,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -38,6 +46,7 @@ from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutpu
 
 from fp8rl.numerics.rollout import RolloutQuantConfig, make_rollout_model, sync_rollout_weights
 from fp8rl.sampling.sampler import Sampler
+from fp8rl.verl_ext.agent_loop import BATCH_PARAM, SEED_PARAM, SIZE_PARAM, SLOT_PARAM
 from fp8rl.verl_ext.rollout_quant import VllmRolloutFormat
 
 logger = logging.getLogger(__name__)
@@ -52,6 +61,8 @@ __all__ = [
 
 #: How long a generate call waits for others to share its sampler batch.
 BATCH_WAIT_S = 0.05
+#: How long a seeded batch waits for its last row before its requests fail.
+SEEDED_WAIT_S = 600.0
 
 
 def server_name(replica_rank: int, suffix: str = "") -> str:
@@ -69,6 +80,30 @@ def rollout_quant_of(config: Any, env: dict[str, str] | None = None) -> RolloutQ
     if getattr(config, "quantization", None) not in (None, ""):
         raise ValueError(f"the CPU rollout has no rollout.quantization={config.quantization!r}")
     return None
+
+
+@dataclass(frozen=True)
+class SeededPlace:
+    """A request's seeded batch (``fp8rl.verl_ext.agent_loop.seeded``)."""
+
+    batch: str
+    seed: int
+    slot: int
+    size: int
+
+    @classmethod
+    def pop_from(cls, params: dict[str, Any]) -> SeededPlace | None:
+        """The place ``params`` names (its keys removed from ``params``), or None."""
+        values = [params.pop(k, None) for k in (BATCH_PARAM, SEED_PARAM, SLOT_PARAM, SIZE_PARAM)]
+        if values[0] is None:
+            return None
+        if any(v is None for v in values):
+            raise ValueError(f"a seeded request needs {BATCH_PARAM}, {SEED_PARAM}, "
+                             f"{SLOT_PARAM} and {SIZE_PARAM}; got {values}")  # fmt: skip
+        place = cls(str(values[0]), int(values[1]), int(values[2]), int(values[3]))
+        if not 0 <= place.slot < place.size:
+            raise ValueError(f"seeded batch {place.batch}: slot {place.slot} of {place.size}")
+        return place
 
 
 def _sampling(params: dict[str, Any], default_max: int) -> tuple[float, float, int, int, bool]:
@@ -103,6 +138,9 @@ class CpuRolloutServer:
         self.global_steps = 0  # the trainer step of the weights (verl's staleness metrics)
         self.batches = 0
         self._queue: dict[tuple, list[tuple[list[int], asyncio.Future]]] = {}
+        # seeded batches being filled: (batch, seed, size, sampling key) -> slot -> request
+        self._seeded: dict[tuple, dict[int, tuple[list[int], asyncio.Future]]] = {}
+        self._tasks: set[asyncio.Task] = set()
         self._flusher: asyncio.Task | None = None
         self._lock = asyncio.Lock()
         logger.info("fp8rl CPU rollout %s: %s", server_name(replica_rank), self.describe())
@@ -151,17 +189,74 @@ class CpuRolloutServer:
         sampling_params: dict[str, Any],
         **_: Any,
     ) -> TokenOutput:
+        params = dict(sampling_params)
+        place = SeededPlace.pop_from(params)
         temperature, top_p, top_k, max_tokens, greedy = _sampling(
-            sampling_params, int(self.config.response_length)
+            params, int(self.config.response_length)
         )
         room = self.max_seq_len - len(prompt_ids)
         max_tokens = max(1, min(max_tokens, int(self.config.response_length), room))
         key = (temperature, top_p, top_k, max_tokens, greedy)
         future: asyncio.Future = asyncio.get_running_loop().create_future()
+        if place is not None:
+            self._add_seeded(place, key, list(prompt_ids), future)
+            return await future
         self._queue.setdefault(key, []).append((list(prompt_ids), future))
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush())
         return await future
+
+    def _add_seeded(
+        self, place: SeededPlace, key: tuple, prompt: list[int], future: asyncio.Future
+    ) -> None:
+        """File a seeded request; the batch's last one starts its sampling."""
+        gkey = (place.batch, place.seed, place.size, key)
+        group = self._seeded.setdefault(gkey, {})
+        if place.slot in group:
+            future.set_exception(
+                RuntimeError(f"seeded batch {place.batch}: slot {place.slot} requested twice")
+            )
+            return
+        group[place.slot] = (prompt, future)
+        if len(group) == 1:
+            self._keep(asyncio.create_task(self._expire(gkey, group)))
+        if len(group) == place.size:
+            del self._seeded[gkey]
+            self._keep(asyncio.create_task(self._run_seeded(place.seed, key, group)))
+
+    def _keep(self, task: asyncio.Task) -> None:
+        """Hold a reference to ``task`` until it ends (the event loop keeps only weak ones)."""
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_seeded(
+        self, seed: int, key: tuple, group: dict[int, tuple[list[int], asyncio.Future]]
+    ) -> None:
+        items = [group[slot] for slot in range(len(group))]
+        async with self._lock:
+            try:
+                outs = await asyncio.to_thread(self._sample, key, [p for p, _ in items], seed)
+            except Exception as err:
+                for _, fut in items:
+                    fut.set_exception(err)
+                return
+        for (_, fut), out in zip(items, outs, strict=True):
+            fut.set_result(out)
+
+    async def _expire(self, gkey: tuple, group: dict[int, Any]) -> None:
+        await asyncio.sleep(SEEDED_WAIT_S)
+        if self._seeded.get(gkey) is not group:
+            return
+        del self._seeded[gkey]
+        batch, _, size, _ = gkey
+        err = RuntimeError(
+            f"seeded batch {batch}: {len(group)} of its {size} rows arrived within "
+            f"{SEEDED_WAIT_S:.0f} s (the agent loop's copy numbering needs the whole batch in "
+            "one agent-loop worker: rollout.agent.num_workers=1)"
+        )
+        for _, fut in group.values():
+            if not fut.done():
+                fut.set_exception(err)
 
     async def _flush(self) -> None:
         await asyncio.sleep(BATCH_WAIT_S)
@@ -177,12 +272,14 @@ class CpuRolloutServer:
                 for (_, fut), out in zip(items, outs, strict=True):
                     fut.set_result(out)
 
-    def _sample(self, key: tuple, prompts: list[list[int]]) -> list[TokenOutput]:
+    def _sample(
+        self, key: tuple, prompts: list[list[int]], seed: int | None = None
+    ) -> list[TokenOutput]:
         temperature, top_p, top_k, max_tokens, greedy = key
         self.batches += 1
         batch = self.sampler.generate(
             prompts, max_new_tokens=max_tokens, temperature=temperature, top_p=top_p,
-            top_k=top_k, greedy=greedy, seed=self.seed + self.batches,
+            top_k=top_k, greedy=greedy, seed=self.seed + self.batches if seed is None else seed,
         )  # fmt: skip
         outs = []
         for i in range(len(prompts)):

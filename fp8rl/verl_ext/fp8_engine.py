@@ -16,6 +16,10 @@ sequence and two additions, nothing else:
   gathered to full tensors) carry the same names and values as the BF16 engine's; the FP8
   casts happen inside each forward only. The rollout re-quantises those master weights
   itself (vLLM, ``fp8rl.verl_ext.rollout_quant``).
+- **the tiny backend's numerics** (``fp8rl_emulate``, what the translation sets on the CPU):
+  the recipe, ``bf16`` included, applied exactly as the tiny trainer applies it (BF16 emulated
+  by rounding, FP32 master weights and compute, no autocast), so a verl run on the CPU
+  computes what a tiny run computes (``fp8rl.verl_ext.agreement``).
 - **the BF16 shadow** (:meth:`shadow`): ``fp8rl.numerics.high_precision`` on the module, the
   same parameters computed in BF16 — Calibrated Clipping's "two extra BF16 forwards".
 - **a shadow recorder** (:attr:`shadow_recorder`): while set, every training micro-batch
@@ -94,6 +98,9 @@ class FP8FSDPEngineWithLMHead(FSDPEngineWithLMHead):
     def __init__(self, model_config: Any, engine_config: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(model_config, engine_config, *args, **kwargs)
         self.fp8_recipe = engine_recipe(engine_config)
+        emulate = isinstance(engine_config, FP8EngineConfig) and engine_config.fp8rl_emulate
+        #: the tiny backend's numerics (FP8EngineConfig.fp8rl_emulate): the recipe to apply
+        self.emulated_recipe = engine_config.training_recipe() if emulate else None
         if self.fp8_recipe is not None and engine_config.strategy != "fsdp2":
             raise ValueError(
                 f"FP8 training ({self.fp8_recipe.name}) needs actor.strategy=fsdp2 (the FSDP2 "
@@ -103,7 +110,16 @@ class FP8FSDPEngineWithLMHead(FSDPEngineWithLMHead):
     def _build_module(self) -> torch.nn.Module:
         """verl's module, converted to the FP8 recipe before FSDP2 wraps it."""
         module = super()._build_module()
-        if self.fp8_recipe is not None:
+        if self.emulated_recipe is not None:  # the tiny backend's numerics, in FP32
+            compute = self.engine_config.fp8rl_bf16_compute
+            apply_fp8_training(module, self.emulated_recipe, bf16_compute=compute)
+            logger.info(
+                "fp8rl: %s training emulated as on the tiny backend (FP32 master and compute, "
+                "BF16 %s) on %d FP8 linears of %s",
+                self.emulated_recipe.name, compute, len(fp8_linear_names(module)),
+                type(module).__name__,
+            )  # fmt: skip
+        elif self.fp8_recipe is not None:
             apply_fp8_training(module, self.fp8_recipe)
             logger.info(
                 "fp8rl: %s FP8 training on %d linears of %s (LM head %s)",

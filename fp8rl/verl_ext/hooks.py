@@ -59,7 +59,10 @@ __all__ = [
 
 #: Hook name -> what fp8rl adds to verl 0.9.1 for it.
 HOOKS: dict[str, str] = {
-    "fp8_training": "FP8 training (tensorwise/rowwise/blockwise linears) in verl's FSDP2 engine",
+    "fp8_training": (
+        "FP8 training (tensorwise/rowwise/blockwise linears) in verl's FSDP2 engine; on the "
+        "CPU every recipe, bf16 included, in the tiny backend's numerics (FP32, BF16 emulated)"
+    ),
     "calibrated_clipping": (
         "Calibrated Clipping in verl's actor: the BF16 shadow forwards, the calibrator over the "
         "data-parallel batch, the bound updates and the fp8rl/shadow, fp8rl/calib metrics"
@@ -68,12 +71,17 @@ HOOKS: dict[str, str] = {
         "FP8 rollout scaling other than vLLM's quantization=fp8 (per-tensor or per-channel "
         "weights, other block sizes), re-quantised on every weight sync"
     ),
+    "token_dumps": (
+        "token dumps in the tiny backend's format from verl's actor (token ids, rollout and "
+        "trainer log-probs, ratios, bounds, clip flags) every train.dump_samples_every steps"
+    ),
 }
 #: Hook name -> the module that implements it.
 IMPLEMENTATIONS: dict[str, str] = {
     "fp8_training": "fp8rl.verl_ext.fp8_engine",
     "calibrated_clipping": "fp8rl.verl_ext.calibrated_actor",
     "rollout_scaling": "fp8rl.verl_ext.vllm_rollout",
+    "token_dumps": "fp8rl.verl_ext.calibrated_actor",
 }
 
 
@@ -100,11 +108,37 @@ class FP8EngineConfig(FSDPEngineConfig):
     fp8rl_recipe: str = "bf16"
     fp8rl_block_size: int = 128
     fp8rl_lm_head: bool = False
+    #: The tiny backend's numerics (the CPU's): FP32 master weights and compute, the
+    #: recipe applied by ``fp8rl.numerics.apply_fp8_training`` as the tiny trainer applies it
+    #: - ``bf16`` included, as BF16 emulation by rounding - instead of verl's BF16 autocast
+    #: (``mixed_precision.param_dtype`` must be fp32). ``fp8rl_bf16_compute``: its BF16 GEMMs
+    #: emulated (the reference) or native.
+    fp8rl_emulate: bool = False
+    fp8rl_bf16_compute: str = "emulated"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.fp8_recipe() is not None:  # the engine must be registered before it is built
+        if self.fp8rl_emulate:
+            dtypes = dict(self.mixed_precision or {})
+            if dtypes.get("param_dtype") not in ("fp32", "float32"):
+                raise ValueError(
+                    "fsdp_config.fp8rl_emulate=true computes in FP32 with fp8rl's BF16 "
+                    "emulation; it needs mixed_precision.param_dtype=fp32 (verl's default "
+                    f"casts to BF16 and autocasts), got mixed_precision={self.mixed_precision}"
+                )
+        if self.fp8_recipe() is not None or self.fp8rl_emulate:
+            # the engine must be registered before it is built
             importlib.import_module(IMPLEMENTATIONS["fp8_training"])
+
+    def training_recipe(self) -> Fp8Recipe | None:
+        """The recipe the engine applies to its module: the FP8 recipe, or with
+        ``fp8rl_emulate`` ``bf16`` too (BF16 emulation); None: verl's own BF16 training."""
+        recipe = self.fp8_recipe()
+        if recipe is None and self.fp8rl_emulate:
+            from fp8rl.numerics import get_recipe
+
+            return get_recipe("bf16")
+        return recipe
 
     def fp8_recipe(self) -> Fp8Recipe | None:
         """The ``fp8rl.numerics`` recipe these fields describe (None: ``bf16``); ValueError

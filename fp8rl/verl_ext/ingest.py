@@ -20,8 +20,10 @@ own, which the V1 trainer logs as ``actor/fp8rl/...`` (from the policy loss and 
 calibration), are stored as ``fp8rl/...``, the tiny backend's names; plus
 ``val-core/all/acc/mean@<k>``, the unweighted mean over the benchmarks of the step (what the
 tiny evaluator logs as ``all``), when verl did not log it.
-Rollout dumps of every ``train.dump_samples_every``-th step become ``samples/step_<n>.json``
-(the token viewer's format 2, response-level: verl's dumps hold text, not tokens).
+Every ``train.dump_samples_every``-th step's dump becomes ``samples/step_<n>.json`` (the token
+viewer's format 2): fp8rl's actor's token dump (``fp8rl.verl_ext.token_dump``, token by
+token as the tiny backend dumps) where the actor wrote one, else verl's rollout dump
+(response-level: verl's dumps hold text, not tokens).
 """
 
 from __future__ import annotations
@@ -257,19 +259,34 @@ class Ingestor:
         return logged
 
     def _dump_samples(self, steps: list[int], final: bool) -> None:
-        if self.rollout_dumps is None or not self.rollout_dumps.is_dir():
-            return
+        """Each finished dump step's ``samples/step_<n>.json``: fp8rl's actor's token dump
+        (``fp8rl.verl_ext.token_dump``: the tiny backend's format, tokens included) where it
+        wrote one, else verl's rollout dump turned into a response-level record
+        (:func:`sample_dump`)."""
+        token_dir = self.verl_dir / "token_dumps"
+        rollout = {}
+        if self.rollout_dumps is not None and self.rollout_dumps.is_dir():
+            rollout = {
+                int(p.stem): p for p in self.rollout_dumps.glob("*.jsonl") if p.stem.isdigit()
+            }
+        tokens = {}
+        if token_dir.is_dir():
+            tokens = {
+                int(p.stem[5:]): p for p in token_dir.glob("step_*.json") if p.stem[5:].isdigit()
+            }
         done = set(steps) if final else set(steps[:-1])  # the newest may still be written
-        for path in sorted(self.rollout_dumps.glob("*.jsonl")):
-            if not path.stem.isdigit():
-                continue
-            step = int(path.stem)
+        for step in sorted(set(rollout) | set(tokens)):
             if step not in done or step in self._dumped:
                 continue
             self._dumped.add(step)
             if self.dump_every and step % self.dump_every == 0:
-                record = sample_dump(read_rollout_dump(path), step, self.dump_k, self.header)
                 target = self.run.samples_dir / f"step_{step:08d}.json"
-                atomic_write_text(target, json.dumps(record, separators=(",", ":")))
-            elif self.remove_unkept_dumps:
-                path.unlink(missing_ok=True)  # verl dumps every step; the store keeps some
+                if step in tokens:
+                    text = tokens[step].read_text(encoding="utf-8")
+                else:
+                    record = sample_dump(read_rollout_dump(rollout[step]), step, self.dump_k,
+                                         self.header)  # fmt: skip
+                    text = json.dumps(record, separators=(",", ":"))
+                atomic_write_text(target, text)
+            elif self.remove_unkept_dumps and step in rollout:
+                rollout[step].unlink(missing_ok=True)  # verl dumps every step; the store keeps some

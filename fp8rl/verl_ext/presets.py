@@ -84,6 +84,14 @@ TINY_PROMPT_LENGTH: int = PROMPT_BUDGET
 TINY_AGENT_LOOP = "fp8rl_capped"
 TINY_AGENT_LOOPS = Path(__file__).with_name("agent_loops.yaml")
 TINY_CAP_KEY = "max_tokens"
+#: A tiny row's seeded sampler batch (fp8rl.verl_ext.agent_loop): the batch's name and seed,
+#: the row's prompt's place in it and the batch's prompts (before verl repeats each ``n`` times).
+TINY_BATCH_KEY = "fp8rl_batch"
+TINY_SEED_KEY = "fp8rl_seed"
+TINY_SLOT_KEY = "fp8rl_slot"
+TINY_ROWS_KEY = "fp8rl_rows"
+#: ``actor_rollout_ref.rollout.name`` of fp8rl's CPU rollout (fp8rl.verl_ext.cpu).
+CPU_ROLLOUT_NAME = "fp8rl_cpu"
 
 
 def is_tiny(preset: str) -> bool:

@@ -61,6 +61,8 @@ from fp8rl.verl_ext.presets import (
 )
 from fp8rl.verl_ext.rollout_quant import VllmRolloutFormat
 from fp8rl.verl_ext.settings import DEFAULT_BLOCK_SIZE, prompt_length
+from fp8rl.verl_ext.token_dump import ENV_VAR as DUMP_ENV_VAR
+from fp8rl.verl_ext.token_dump import DumpSpec
 from fp8rl.verl_ext.trainer_plugin import ENV_VAR as TRAINER_ENV_VAR
 from fp8rl.verl_ext.trainer_plugin import TRAINER_MODE
 
@@ -116,6 +118,11 @@ class RunFiles:
     @property
     def rollout_dumps(self) -> Path:
         return self.verl_dir / "rollout_dumps"
+
+    @property
+    def token_dumps(self) -> Path:
+        """fp8rl's actor's token dumps (``fp8rl.verl_ext.token_dump``)."""
+        return self.verl_dir / "token_dumps"
 
     @property
     def validation_dumps(self) -> Path:
@@ -223,6 +230,13 @@ class _Overrides:
     def add(self, key: str, value: Any) -> None:
         self.items.append(("+", key, value))
 
+    def get(self, key: str) -> Any:
+        """The value last given to ``key`` (KeyError if none)."""
+        for _, k, value in reversed(self.items):
+            if k == key:
+                return value
+        raise KeyError(key)
+
     def render(self) -> tuple[str, ...]:
         return tuple(prefix + format_override(key, value) for prefix, key, value in self.items)
 
@@ -248,6 +262,7 @@ def translate(
     _algorithm(o, cfg)
     _actor(o, cfg, cluster, hooks)
     _loss(o, cfg, hooks, workers_env)
+    _token_dumps(o, cfg, files, hooks, workers_env)
     _rollout(o, cfg, cluster, hooks, notes, workers_env)
     _validation(o, cfg)
     _reward(o, cfg)
@@ -398,24 +413,65 @@ def _actor(o: _Overrides, cfg: RunConfig, cluster: ClusterConfig, hooks: list[st
         o.set(f"{act}.kl_loss_type", a.kl_type)
     o.set(f"{act}.data_loader_seed", cfg.seed)
     o.set(f"{act}.fsdp_config.seed", cfg.seed)
-    _fp8_engine(o, f"{act}.fsdp_config", g.training, g, hooks)
+    emulate = cluster.device == "cpu"
+    _fp8_engine(o, f"{act}.fsdp_config", g.training, g, hooks, emulate)
     if a.kl_coef > 0:
         ref_recipe = a.ref_recipe or g.training
         o.set("actor_rollout_ref.ref.strategy", "fsdp2")
-        _fp8_engine(o, "actor_rollout_ref.ref.fsdp_config", ref_recipe, g, hooks)
+        _fp8_engine(o, "actor_rollout_ref.ref.fsdp_config", ref_recipe, g, hooks, emulate)
 
 
-def _fp8_engine(o: _Overrides, node: str, recipe: str, g: Any, hooks: list[str]) -> None:
+#: FSDP2 without casts: the tiny backend's numerics compute in FP32 (fp8rl_emulate).
+FP32_MIXED_PRECISION = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+
+
+def _fp8_engine(
+    o: _Overrides, node: str, recipe: str, g: Any, hooks: list[str], emulate: bool = False
+) -> None:
     """FP8 training (and an FP8 KL reference): fp8rl's FP8 engine, selected by its config
     (a recipe verl trains itself, ``bf16``, needs nothing; the verl backend's check refuses
-    the recipes it cannot run, ``fp8rl.numerics.registry``'s ``verl_refusal``)."""
-    if not recipe_decl(recipe).verl:
+    the recipes it cannot run, ``fp8rl.numerics.registry``'s ``verl_refusal``). With
+    ``emulate`` (the CPU) every recipe, ``bf16`` included, runs in the tiny backend's
+    numerics (``FP8EngineConfig.fp8rl_emulate``: FP32 compute, BF16 emulated by rounding)."""
+    if not recipe_decl(recipe).verl and not emulate:
         return
     hooks.append("fp8_training")
     o.set(f"{node}._target_", f"{_HOOKS}.FP8EngineConfig")
     o.add(f"{node}.fp8rl_recipe", recipe)
     o.add(f"{node}.fp8rl_block_size", g.block_size or DEFAULT_BLOCK_SIZE)
     o.add(f"{node}.fp8rl_lm_head", g.lm_head)
+    if emulate:
+        o.add(f"{node}.fp8rl_emulate", True)
+        o.add(f"{node}.fp8rl_bf16_compute", g.bf16_compute)
+        o.add(f"{node}.mixed_precision", FP32_MIXED_PRECISION)
+
+
+def _fp8rl_trainer(o: _Overrides, workers_env: dict[str, str]) -> None:
+    """fp8rl's trainer mode, which places fp8rl's actor worker (once)."""
+    if TRAINER_ENV_VAR not in workers_env:
+        o.set("trainer.v1.trainer_mode", TRAINER_MODE)
+        workers_env[TRAINER_ENV_VAR] = "1"
+
+
+def _token_dumps(
+    o: _Overrides, cfg: RunConfig, files: RunFiles, hooks: list[str], workers_env: dict[str, str]
+) -> None:
+    """Token dumps every ``train.dump_samples_every`` steps, written by fp8rl's actor in the
+    tiny backend's format (``fp8rl.verl_ext.token_dump``); verl's rollout dumps stay on."""
+    t = cfg.train
+    if not t.dump_samples_every:
+        return
+    correction = cfg.correction()
+    header = {
+        "loss": cfg.clipping.loss,
+        "old_logprob_source": t.old_logprob_source,
+        "tis_threshold": correction.rollout_is_threshold if correction.rollout_is else None,
+    }
+    spec = DumpSpec(str(files.token_dumps), t.dump_samples_every, t.dump_samples,
+                    str(o.get("actor_rollout_ref.model.path")), header)  # fmt: skip
+    hooks.append("token_dumps")
+    _fp8rl_trainer(o, workers_env)
+    workers_env[DUMP_ENV_VAR] = spec.to_env()
 
 
 def _loss(o: _Overrides, cfg: RunConfig, hooks: list[str], workers_env: dict[str, str]) -> None:
@@ -429,8 +485,7 @@ def _loss(o: _Overrides, cfg: RunConfig, hooks: list[str], workers_env: dict[str
     o.add(f"{pl}.calibration", c.knobs_dict() if calibrated else None)  # the knobs, one value
     if calibrated or t.shadow_every:  # fp8rl's actor: its trainer places the worker
         hooks.append("calibrated_clipping")
-        o.set("trainer.v1.trainer_mode", TRAINER_MODE)
-        workers_env[TRAINER_ENV_VAR] = "1"
+        _fp8rl_trainer(o, workers_env)
     if not calibrated and (c.init_low is not None or c.init_high is not None):
         low, high = cfg.nominal_bounds
         o.add(f"{pl}.clip_low", c.init_low if c.init_low is not None else low)
@@ -548,6 +603,7 @@ def _cpu(
     if cluster.reward_workers is not None:
         o.set("reward.num_workers", cluster.reward_workers)
     workers_env.update(CPU_ENV)
+    _fp8rl_trainer(o, workers_env)  # the batch in draw order (fp8rl.verl_ext.actor_trainer)
     notes.append(
         "on CPU: fp8rl's CPU platform and CPU rollout server (fp8rl.verl_ext.cpu, "
         f"rollout.name={CPU_ROLLOUT}), one trainer process (gloo), a local Ray"

@@ -106,3 +106,29 @@ def test_with_its_variable_import_verl_registers_the_trainer() -> None:
                          timeout=300)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().endswith("Fp8rlPPOTrainerSync")
+
+
+def test_the_batch_goes_back_to_draw_order_before_verl_balances_it(trainer_module) -> None:
+    """verl's replay buffer lists trajectories as their rollouts finished; fp8rl's trainer
+    orders them prompt by prompt (as drawn), session by session, before verl's balancing."""
+    from fp8rl.verl_ext.actor_trainer import draw_order
+
+    order = {"b": 0, "a": 1}
+    keys = ["a_1_0", "b_1_0", "a_0_0", "x", "b_0_0", "b_0_1"]
+    assert [keys[i] for i in draw_order(keys, order)] == [
+        "b_0_0", "b_0_1", "b_1_0", "a_0_0", "a_1_0", "x"]  # fmt: skip
+
+    trainer = _trainer(trainer_module)
+    submitted = []
+    base = trainer_module.PPOTrainerSync
+    real_submit, real_balance = base._submit_batch_to_rollout, base._balance_batch
+    base._submit_batch_to_rollout = lambda self, batch: submitted.append(batch) or len(batch["uid"])
+    base._balance_batch = lambda self, batch, metrics, *a, **k: batch
+    try:
+        trainer._submit_batch_to_rollout({"uid": ["b", "a"]})
+        meta = SimpleNamespace(keys=list(keys))
+        meta.reorder = lambda idx: setattr(meta, "keys", [meta.keys[i] for i in idx])
+        out = trainer._balance_batch(meta, {})
+    finally:
+        base._submit_batch_to_rollout, base._balance_batch = real_submit, real_balance
+    assert out.keys == ["b_0_0", "b_0_1", "b_1_0", "a_0_0", "a_1_0", "x"] and submitted

@@ -100,3 +100,80 @@ def test_generate_batches_requests_and_returns_the_samplers_log_probs(model_dir:
         tokens = torch.tensor([out.token_ids])
         lp = score(server.engine, [prompt], tokens, torch.ones_like(tokens, dtype=torch.bool))
         torch.testing.assert_close(torch.tensor([out.log_probs]), lp, rtol=0, atol=1e-4)
+
+
+def _seeded(batch: str, seed: int, slot: int, size: int) -> dict:
+    from fp8rl.verl_ext import agent_loop as al
+
+    return {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True,
+            al.BATCH_PARAM: batch, al.SEED_PARAM: seed, al.SLOT_PARAM: slot,
+            al.SIZE_PARAM: size}  # fmt: skip
+
+
+def test_a_seeded_batch_is_sampled_as_the_tiny_backend_samples_it_in_any_arrival_order(
+    model_dir: str,
+) -> None:
+    """The requests of one seeded batch, arriving in reverse order and spread out in time,
+    come back as one ``Sampler.generate`` call over the batch in slot order with the batch's
+    seed (what the tiny backend draws); the negative control: the same prompts batched as
+    they arrive (no seeded place) do not."""
+    server = _server(model_dir)
+    prompts = [[5, 6, 7], [5, 6, 7], [8, 9], [8, 9], [10, 11, 12, 13], [10, 11, 12, 13]]
+    seed = 1234
+
+    async def go(seeded: bool) -> list:
+        async def one(slot: int) -> object:
+            await asyncio.sleep(0.02 * (len(prompts) - slot))  # later slots arrive first
+            params = _seeded("train-1", seed, slot, len(prompts)) if seeded else _seeded(
+                "x", 0, 0, 1)  # fmt: skip
+            if not seeded:
+                params = {k: v for k, v in params.items() if not k.startswith("fp8rl_")}
+            return await server.generate(f"r{slot}", prompt_ids=prompts[slot],
+                                         sampling_params=params)  # fmt: skip
+
+        return await asyncio.gather(*(one(s) for s in range(len(prompts))))
+
+    outs = asyncio.run(go(seeded=True))
+    want = server.sampler.generate(prompts, max_new_tokens=8, temperature=1.0, seed=seed)
+    for i, out in enumerate(outs):
+        m = want.mask[i]
+        assert out.token_ids == want.tokens[i][m].tolist()
+        assert out.log_probs == want.logprobs[i][m].tolist()
+    arrived = asyncio.run(go(seeded=False))
+    assert [o.token_ids for o in arrived] != [o.token_ids for o in outs]
+
+
+def test_a_seeded_batch_refuses_a_slot_twice_and_fails_when_rows_never_come(
+    model_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = _server(model_dir)
+    monkeypatch.setattr(cpu_rollout, "SEEDED_WAIT_S", 0.2)
+
+    async def twice() -> list:
+        params = _seeded("b", 1, 0, 3)
+        calls = [server.generate(f"r{i}", prompt_ids=[5, 6], sampling_params=params)
+                 for i in range(2)]  # fmt: skip
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    results = asyncio.run(twice())
+    assert any(isinstance(r, RuntimeError) and "slot 0 requested twice" in str(r) for r in results)
+    assert any(isinstance(r, RuntimeError) and "1 of its 3 rows arrived" in str(r) for r in results)
+    assert server.batches == 0  # nothing was sampled for the incomplete batch
+    with pytest.raises(ValueError, match="slot 3 of 3"):
+        asyncio.run(server.generate("r", prompt_ids=[5], sampling_params=_seeded("b", 1, 3, 3)))
+
+
+def test_the_agent_loop_numbers_each_prompts_copies_in_the_order_verl_starts_them() -> None:
+    from fp8rl.verl_ext import agent_loop as al
+
+    counter = al.CopyCounter()
+    info = {al.BATCH_KEY: "train-1", al.SEED_KEY: 7, al.ROWS_KEY: 2}
+    slots = [al.seeded({}, {**info, al.SLOT_KEY: s}, 3, counter)[al.SLOT_PARAM]
+             for s in (0, 0, 0, 1, 1, 1, 0, 0, 0)]  # fmt: skip
+    assert slots == [0, 1, 2, 3, 4, 5, 0, 1, 2]  # a batch sampled again numbers from 0
+    params = al.seeded({"top_p": 1.0}, {**info, al.SLOT_KEY: 1}, 3, al.CopyCounter())
+    assert params == {"top_p": 1.0, al.BATCH_PARAM: "train-1", al.SEED_PARAM: 7,
+                      al.SLOT_PARAM: 3, al.SIZE_PARAM: 6}  # fmt: skip
+    assert al.seeded({"top_p": 1.0}, {"index": 3}, 3, counter) == {"top_p": 1.0}
+    with pytest.raises(ValueError, match="no place"):
+        al.seeded({}, {**info, al.SLOT_KEY: 2}, 3, counter)

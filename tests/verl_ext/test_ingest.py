@@ -154,3 +154,27 @@ def test_a_resumed_attempt_replaces_what_came_after_its_checkpoint(
         assert run.read_eval().steps == [0]  # the resumed checkpoint's re-validation is dropped
     merged = merged_steps(read_attempts(files.verl_dir))
     assert sorted(merged) == [0, 1, 2, 3, 4]
+
+
+def test_the_actors_token_dump_is_the_steps_sample_dump(tmp_path, monkeypatch, run_config):
+    """Where fp8rl's actor wrote a token dump (fp8rl.verl_ext.token_dump) it becomes the
+    step's samples/ file as written (tokens included); verl's text dump serves the others."""
+    store = RunStore(tmp_path / "runs")
+    with store.open_run("test", run_config) as run:
+        files = RunFiles(run.path)
+        rotate_file_logger(files.verl_dir, files.file_logger, None)
+        log_like_verl(files.file_logger, monkeypatch, {1: train_metrics(1), 2: train_metrics(2)})
+        for step in (1, 2):
+            dump_like_verl(files.rollout_dumps, step)
+        files.token_dumps.mkdir(parents=True)
+        token_dump = {
+            "step": 2,
+            "format": 2,
+            "source": "fp8rl actor (verl)",
+            "samples": [{"response_ids": [5, 6], "tokens": [{"ratio": 1.0}] * 2}],
+        }
+        (files.token_dumps / "step_00000002.json").write_text(json.dumps(token_dump))
+        Ingestor(run, files.verl_dir, files.rollout_dumps, 1, 4).poll(final=True)
+        assert json.loads((run.samples_dir / "step_00000002.json").read_text()) == token_dump
+        text = json.loads((run.samples_dir / "step_00000001.json").read_text())
+        assert text["samples"][0]["tokens"] == []  # verl's rollout dump: text only

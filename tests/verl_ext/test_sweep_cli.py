@@ -42,11 +42,14 @@ def test_the_dry_run_prints_runnable_commands_and_verl_s_config(tmp_path) -> Non
     assert "GPU-hours" in out and "actor_rollout_ref:" in out  # the resolved verl config
     assert not runs.exists()  # nothing written
     first = found[0]
+    logger = next(w for w in first if w.startswith("VERL_FILE_LOGGER_PATH="))
     assert (
-        first[0]
-        == f"VERL_FILE_LOGGER_PATH={runs}/table2/{first[0].split('/')[-3]}/verl/file_logger.jsonl"
+        logger
+        == f"VERL_FILE_LOGGER_PATH={runs}/table2/{logger.split('/')[-3]}/verl/file_logger.jsonl"
     )
-    assert first[1:4] == ["python", "-m", "verl.trainer.main_ppo"]
+    assert out.count("# fp8rl inside verl (token_dumps)") == 8  # table2 dumps every 10 steps
+    n = first.index("python")
+    assert first[n : n + 3] == ["python", "-m", "verl.trainer.main_ppo"]
     for argv in (found[0], found[-1]):  # BF16; blockwise FP8 + CC, as printed (env included)
         env = dict(w.split("=", 1) for w in argv[: argv.index("python")])
         build_verl_config(compose_verl_config(argv[argv.index("python") + 3 :]), env=env)

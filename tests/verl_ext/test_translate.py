@@ -14,6 +14,7 @@ from fp8rl.experiments.backends import resolve_run
 from fp8rl.experiments.compose import Composer
 from fp8rl.verl_ext.backend import VerlBackend
 from fp8rl.verl_ext.rollout_quant import VllmRolloutFormat
+from fp8rl.verl_ext.token_dump import DumpSpec
 from fp8rl.verl_ext.translate import (
     RunFiles,
     VerlLaunch,
@@ -77,9 +78,9 @@ def test_dapo_is_its_settings_and_the_dapo_reward_manager(composer) -> None:
 def test_fp8_rollout_is_vllm_block_fp8_and_other_scalings_fp8rl_s_vllm_rollout(composer) -> None:
     block = launch(composer, "granularity=fp8_rollout_only")
     assert values(block)["actor_rollout_ref.rollout.quantization"] == "fp8"
-    assert block.hooks == () and "FP8RL_VLLM_ROLLOUT_QUANT" not in block.env
+    assert block.hooks == ("token_dumps",) and "FP8RL_VLLM_ROLLOUT_QUANT" not in block.env
     other = launch(composer, "granularity=fp8_rollout_only", "granularity.block_size=64")
-    assert other.hooks == ("rollout_scaling",)
+    assert other.hooks == ("token_dumps", "rollout_scaling")
     v = values(other)
     assert v["actor_rollout_ref.rollout._target_"] == "fp8rl.verl_ext.hooks.FP8RolloutConfig"
     assert v["actor_rollout_ref.rollout.fp8rl_block_size"] == "64"
@@ -106,7 +107,7 @@ def test_what_vllm_cannot_roll_out_is_refused_with_the_reason(composer) -> None:
 
 def test_fp8_training_and_calibrated_clipping_select_fp8rl_s_engine_and_actor(composer) -> None:
     result = launch(composer, "granularity=rowwise", "clipping=calibrated", "clipping.period=7")
-    assert result.hooks == ("fp8_training", "calibrated_clipping", "rollout_scaling")
+    assert result.hooks == ("fp8_training", "calibrated_clipping", "token_dumps", "rollout_scaling")
     v = values(result)
     assert v["actor_rollout_ref.actor.fsdp_config._target_"] == (
         "fp8rl.verl_ext.hooks.FP8EngineConfig"
@@ -123,14 +124,20 @@ def test_fp8_training_and_calibrated_clipping_select_fp8rl_s_engine_and_actor(co
     assert result.env["FP8RL_VERL_TRAINER"] == "1"
     assert v["ray_kwargs.ray_init.runtime_env.env_vars.FP8RL_VERL_TRAINER"] == "'1'"
     shadow = launch(composer, "train.shadow_every=1")
-    assert shadow.hooks == ("calibrated_clipping",)  # BF16 shadow diagnostics in the actor
+    # BF16 shadow diagnostics in the actor
+    assert shadow.hooks == ("calibrated_clipping", "token_dumps")
     assert values(shadow)["actor_rollout_ref.actor.policy_loss.fp8rl_shadow_every"] == "1"
     kl = launch(composer, "algorithm.kl_coef=0.1", "algorithm.ref_recipe=blockwise")
-    assert kl.hooks == ("fp8_training",)  # an FP8 KL reference
+    assert kl.hooks == ("fp8_training", "token_dumps")  # an FP8 KL reference
     assert values(kl)["actor_rollout_ref.ref.fsdp_config.fp8rl_recipe"] == "blockwise"
-    plain = launch(composer, "granularity=blockwise", "clipping=standard")
+    plain = launch(composer, "granularity=blockwise", "clipping=standard",
+                   "train.dump_samples_every=0")  # fmt: skip
     assert "trainer.v1.trainer_mode" not in values(plain)  # verl's own trainer
     assert "FP8RL_VERL_TRAINER" not in plain.env
+    dumps = launch(composer, "granularity=blockwise", "clipping=standard")  # table2: every 10
+    assert values(dumps)["trainer.v1.trainer_mode"] == "fp8rl_sync"  # fp8rl's actor dumps
+    spec = DumpSpec.from_env(dumps.env)
+    assert (spec.every, spec.k, spec.directory) == (10, 16, f"{RUN}/verl/token_dumps")
     with pytest.raises(ConfigError, match=r"shadow_every=2 with clipping.loss=vanilla"):
         launch(composer, "clipping.loss=vanilla", "train.shadow_every=2")
 
@@ -216,9 +223,11 @@ def test_the_shell_line_is_one_command_a_user_can_paste(composer) -> None:
 
     result = launch(composer, "cluster.ray_address=auto")
     words = shlex.split(result.shell().replace("\\\n", " "))
-    env = dict(w.split("=", 1) for w in words[:2])
-    assert env == {"RAY_ADDRESS": "auto", "VERL_FILE_LOGGER_PATH": f"{RUN}/verl/file_logger.jsonl"}
-    assert words[2:] == result.command()
+    n = words.index("python")
+    env = dict(w.split("=", 1) for w in words[:n])
+    assert env == {"RAY_ADDRESS": "auto", "VERL_FILE_LOGGER_PATH": f"{RUN}/verl/file_logger.jsonl",
+                   **{k: v for k, v in result.env.items() if k.startswith("FP8RL_")}}  # fmt: skip
+    assert words[n:] == result.command()
 
 
 def test_the_backend_resets_tiny_only_keys_and_says_so(composer) -> None:

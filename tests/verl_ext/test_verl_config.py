@@ -135,7 +135,7 @@ def test_the_paper_settings_reach_verl(branches) -> None:
     overlong = cfg.reward.reward_kwargs.overlong_buffer_cfg
     assert (overlong.enable, overlong.len, overlong.penalty_factor) == (True, 4096, 1.0)
     assert cfg.reward.reward_kwargs.max_resp_len == 20480
-    assert built.rollout.quantization == "fp8" and dapo.hooks == ()
+    assert built.rollout.quantization == "fp8" and dapo.hooks == ("token_dumps",)
     assert type(built.actor.engine).__name__ == "FSDPEngineConfig"  # BF16 training
 
 
@@ -167,7 +167,7 @@ def test_verl_builds_fp8rl_s_classes_and_they_check_what_they_carry(branches) ->
     from verl.workers.engine import EngineRegistry
 
     launch, cfg = branches["blockwise_cc"]
-    assert launch.hooks == ("fp8_training", "calibrated_clipping")
+    assert launch.hooks == ("fp8_training", "calibrated_clipping", "token_dumps")
     built = check_built(launch, cfg)
     assert built.actor.engine.fp8_recipe().name == "blockwise"
     from fp8rl.verl_ext.fp8_engine import ENGINE_KEY, FP8FSDPEngineWithLMHead
@@ -177,12 +177,13 @@ def test_verl_builds_fp8rl_s_classes_and_they_check_what_they_carry(branches) ->
     with pytest.raises(RuntimeError, match=r"no fp8rl actor worker.*fp8rl_sync"):
         built.actor.policy_loss.assert_driven()
     launch, cfg = branches["rowwise"]
-    assert launch.hooks == ("fp8_training", "rollout_scaling")
+    assert launch.hooks == ("fp8_training", "token_dumps", "rollout_scaling")
     with pytest.raises(Exception, match=r"needs FP8RL_VLLM_ROLLOUT_QUANT=.*channel"):
         omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)  # without the launch's env
     rollout = check_built(launch, cfg).rollout
     assert rollout.rollout_format().granularity == "channel" and rollout.quantization is None
-    assert branches["bf16"][0].hooks == () and branches["dapo_fp8_rollout"][0].hooks == ()
+    assert branches["bf16"][0].hooks == ("token_dumps",)
+    assert branches["dapo_fp8_rollout"][0].hooks == ("token_dumps",)
 
 
 def test_the_engine_config_refuses_what_the_numerics_cannot_do() -> None:
