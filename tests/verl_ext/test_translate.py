@@ -268,3 +268,8 @@ def test_export_hf_makes_verl_checkpoint_and_keep_every_evaluated_step(composer)
     assert checkpoint_schedule(r.config, export_hf=False) == (20, 2)
     assert checkpoint_schedule(r.config, export_hf=True) == (5, None)
 
+
+def test_the_backend_s_launch_takes_the_experiment_s_export_hf(composer, tmp_path) -> None:
+    r = resolve_run(composer(["backend=verl", "eval.every=25", "export_hf=true"]))
+    v = values(VerlBackend().launch(r.config, r.experiment, tmp_path / "run"))
+    assert (v["trainer.save_freq"], v["trainer.max_actor_ckpt_to_keep"]) == ("25", "null")
