@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,73 @@ def test_pruning_keeps_the_newest_checkpoints_and_the_one_verl_resumes_from(
         "global_step_3",
         "latest_checkpointed_iteration.txt",
     ]
+
+
+# --------------------------------------------------------------------------------------
+# The real CLI: a verl run on this CPU with export_hf, then sweep.py --eval on its exports
+
+
+@pytest.mark.slow
+def test_sweep_eval_runs_lm_eval_on_a_verl_run_s_exports(tmp_path: Path) -> None:
+    """``python sweep.py +experiment=test backend=verl cluster=local_cpu model=tiny-test
+    export_hf=true eval.every=1``, then ``sweep.py --eval`` with the same overrides: steps 0,
+    1 and 2 exported (step 1 only because export_hf made verl checkpoint it), each evaluated
+    by lm-eval's hf model as a tiny run's export is; the merged weights are verl's
+    checkpoints' rounded to BF16; a second --eval after the exports are deleted exports them
+    again from what the run kept, byte for byte, and evaluates nothing twice."""
+    from sweep_cli import sweep
+
+    from fp8rl.runs import LM_EVAL_FILE, RunStore
+
+    runs = tmp_path / "runs"
+    run_args = ("+experiment=test", "backend=verl", "model=tiny-test", "cluster=local_cpu",
+                "eval.every=1", f"runs_dir={runs}")  # fmt: skip
+    evals = ("lm_eval.limit=1", "lm_eval.dtype=float32", "lm_eval.max_gen_toks=8", "threads=1")
+    t0 = time.monotonic()
+    out = sweep(tmp_path, *run_args, "export_hf=true", timeout=900)
+    run_s = time.monotonic() - t0
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (run_dir,) = (runs / "test").glob("[0-9a-f]" * 16)
+    info = RunStore(runs).run_info("test", run_dir.name)
+    assert info.status.value == "done" and info.last_step == 2
+    command = (run_dir / "verl" / "command.sh").read_text()
+    assert "trainer.save_freq=1 " in command and "trainer.max_actor_ckpt_to_keep=null" in command
+    assert list(list_hf_exports(run_dir)) == [0, 1, 2]
+    checkpoints = actor_checkpoints(run_dir / "verl" / "checkpoints")
+    assert list(checkpoints) == [1, 2]  # train.keep_checkpoints=2: nothing to prune
+    for step, actor in checkpoints.items():  # verl's FSDP weights, rounded to BF16
+        fsdp = torch.load(actor / "model_world_size_1_rank_0.pt", weights_only=False)
+        merged = load_file(hf_export_dir(run_dir, step) / "model.safetensors")
+        assert set(merged) == set(fsdp)
+        for name, w in fsdp.items():
+            assert torch.equal(merged[name], w.full_tensor().bfloat16()), (step, name)
+    step1 = load_file(hf_export_dir(run_dir, 1) / "model.safetensors")
+    step2 = load_file(hf_export_dir(run_dir, 2) / "model.safetensors")
+    assert any(not torch.equal(step1[k], step2[k]) for k in step1)  # step 2 trained on
+    base = (run_dir / "verl" / "model" / "model.safetensors").read_bytes()
+    assert (hf_export_dir(run_dir, 0) / "model.safetensors").read_bytes() == base
+
+    t0 = time.monotonic()
+    first = sweep(tmp_path, "--eval", *run_args, *evals, timeout=600)
+    eval_s = time.monotonic() - t0
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "3 checkpoints, 0 already evaluated, 3 to go (6 problems)" in first.stderr
+    rows = [json.loads(x) for x in (run_dir / LM_EVAL_FILE).read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    for r in rows:
+        assert r["data"]["engine"] == "lm-eval/hf" and r["data"]["precision"] == "float32"
+        assert set(r["data"]["benchmarks"]) == {"add_sub", "max_min"}  # the run's families
+        assert 0.0 <= r["data"]["val-core/all/acc/mean@1"] <= 1.0
+        results = run_dir / "lm_eval" / f"step_{r['step']:08d}" / r["data"]["settings_sha"]
+        assert (results / "results.json").is_file()
+
+    digests = {r["step"]: r["data"]["checkpoint_sha256"] for r in rows}
+    shutil.rmtree(run_dir / "hf")
+    t0 = time.monotonic()
+    second = sweep(tmp_path, "--eval", *run_args, *evals, timeout=600)
+    again_s = time.monotonic() - t0
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert f"exported steps [0, 1, 2] of {run_dir.name}" in second.stderr
+    assert "3 checkpoints, 3 already evaluated, 0 to go" in second.stderr  # same digests
+    assert len((run_dir / LM_EVAL_FILE).read_text().splitlines()) == 3 and digests
+    print(f"verl run with export {run_s:.0f} s, --eval {eval_s:.0f} s, again {again_s:.0f} s")
