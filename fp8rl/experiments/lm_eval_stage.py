@@ -11,9 +11,10 @@ For every point of the grid (the same composition as ``--status``), in grid orde
   settings fingerprint, same checkpoint digest) is skipped, so the stage resumes where a
   killed one stopped.
 
-Which benchmarks: ``lm_eval.benchmarks``, or the run's own (tiny backend: its
-``eval.families``, and its ``eval.max_new_tokens`` as the token budget unless
-``lm_eval.max_gen_toks`` says otherwise; any other: ``fp8rl.evaluation.benchmarks.SUITE``).
+Which benchmarks: ``lm_eval.benchmarks``, or the run's own (a tiny model's run, on either
+backend: its ``eval.families`` (null: every tiny family), and its ``eval.max_new_tokens`` as
+the token budget unless ``lm_eval.max_gen_toks`` says otherwise; any other:
+``fp8rl.evaluation.benchmarks.SUITE``).
 ``sweep.py`` draws the progress bar from :func:`run_stage`'s callbacks; nothing here prints.
 """
 
@@ -28,11 +29,13 @@ from typing import Any
 
 from rich.table import Table
 
+from fp8rl.config import RunConfig
 from fp8rl.config.request import RunRequest
-from fp8rl.evaluation.benchmarks import SUITE
+from fp8rl.evaluation.benchmarks import SUITE, TINY_BENCHMARKS
 from fp8rl.evaluation.runner import EvalOutcome
 from fp8rl.evaluation.settings import LmEvalSettings
 from fp8rl.evaluation.store import EvalJob, evaluate_job, plan_run, read_lm_eval
+from fp8rl.experiments.compose import TINY_MODEL_PREFIX
 from fp8rl.experiments.grid import GridPlan, GridPoint
 from fp8rl.runs import RunStore, list_hf_exports
 
@@ -50,13 +53,19 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
+def _tiny_model(cfg: RunConfig) -> bool:
+    """A run of a tiny-world model: the tiny backend's, or ``model=tiny-*`` on another one
+    (verl on ``cluster=local_cpu``), whose held-out sets are the tiny task families."""
+    return cfg.backend.name == "tiny" or cfg.model.preset.startswith(TINY_MODEL_PREFIX)
+
+
 def settings_for(point: GridPoint) -> LmEvalSettings:
-    """The point's ``lm_eval`` settings, with a tiny run's own token budget
+    """The point's ``lm_eval`` settings, with a tiny model's run's own token budget
     (``eval.max_new_tokens``) where ``lm_eval.max_gen_toks`` is null, so lm-eval and the
     in-loop evaluator measure the same thing on it."""
     settings = point.resolved.experiment.lm_eval
     cfg = point.resolved.config
-    if settings.max_gen_toks is None and cfg.backend.name == "tiny":
+    if settings.max_gen_toks is None and _tiny_model(cfg):
         return dataclasses.replace(settings, max_gen_toks=cfg.eval.max_new_tokens)
     return settings
 
@@ -67,8 +76,8 @@ def benchmarks_for(point: GridPoint) -> list[str]:
     if chosen is not None:
         return list(chosen)
     cfg = point.resolved.config
-    if cfg.backend.name == "tiny":
-        return list(cfg.eval.families or [])
+    if _tiny_model(cfg):
+        return list(cfg.eval.families or TINY_BENCHMARKS)
     return list(SUITE)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from fp8rl.config import ConfigError, RunConfig, resolve
 from fp8rl.config.request import ResolvedConfig
 from fp8rl.numerics.settings import native_bf16_available
-from fp8rl.world.eval_config import eval_config, item_counts
+from fp8rl.world.eval_config import eval_config, export_steps, item_counts
 from fp8rl.world.presets import PRESETS, get_preset, mimic_block_size
 from fp8rl.world.tasks import DIFFICULTIES, FAMILIES, PROMPT_BUDGET
 from fp8rl.world.tokenizer import VOCAB_SIZE_PADDED
@@ -130,12 +130,3 @@ def recipe_kwargs(cfg: RunConfig) -> dict[str, Any]:
     g = cfg.granularity
     block = {} if g.block_size is None else {"block_size": g.block_size}  # else get_recipe's
     return {**block, "include_lm_head": g.lm_head}
-
-
-def export_steps(cfg: RunConfig) -> list[int]:
-    """The steps ``export_hf`` exports: those the run evaluates (0, every ``eval.every``, the
-    last), or the last alone in a run that never evaluates."""
-    every = cfg.eval.every
-    if not every:
-        return [cfg.steps]
-    return sorted({0, *range(every, cfg.steps + 1, every), cfg.steps})

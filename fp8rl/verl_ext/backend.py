@@ -17,11 +17,12 @@ from fp8rl.config import ClusterConfig, ConfigError, RunConfig
 from fp8rl.config.request import ResolvedConfig, RunRequest
 from fp8rl.runs import RunStore, RunSummary
 from fp8rl.verl_ext.cost import VerlCost
+from fp8rl.verl_ext.export import export_run, prune_checkpoints
 from fp8rl.verl_ext.hooks import HOOKS
 from fp8rl.verl_ext.launch import POLL_S, launch_problems, run_verl
 from fp8rl.verl_ext.presets import TINY_PRESETS, get_model, is_tiny
 from fp8rl.verl_ext.settings import NAME, resolve_config
-from fp8rl.verl_ext.translate import RunFiles, VerlLaunch, translate
+from fp8rl.verl_ext.translate import RunFiles, VerlLaunch, checkpoint_schedule, translate
 
 __all__ = ["VerlBackend"]
 
@@ -92,11 +93,13 @@ class VerlBackend:
             raise ConfigError("cannot launch on the verl backend here: " + " | ".join(problems))
 
     def launch(self, cfg: RunConfig, exp: Any, run_dir: Path) -> VerlLaunch:
-        """The translated launch of ``cfg`` writing into ``run_dir``."""
+        """The translated launch of ``cfg`` writing into ``run_dir`` (with the experiment's
+        ``export_hf``: the checkpoints it needs, ``translate.checkpoint_schedule``)."""
         files = RunFiles(Path(run_dir).absolute())
         return translate(
-            cfg, exp.cluster, files, experiment=exp.experiment_name, run_id=Path(run_dir).name
-        )
+            cfg, exp.cluster, files, experiment=exp.experiment_name, run_id=Path(run_dir).name,
+            export_hf=exp.export_hf,
+        )  # fmt: skip
 
     def describe(self, cfg: RunConfig, exp: Any, run_dir: Path) -> str:
         """What ``sweep.py`` runs for ``cfg``: the data command, then the verl command (both
@@ -147,17 +150,12 @@ class VerlBackend:
         (:func:`fp8rl.verl_ext.launch.launch_problems`): on a machine without verl's GPU
         stack or with benchmark files missing, it is refused
         (ConfigError) before anything is written. ``cache_dir`` is not read (verl caches
-        the Hugging Face weights itself). ``export_hf`` (the evaluation stage's HF checkpoints
-        at each evaluated step) is refused: verl writes FSDP checkpoints
-        (``<run>/verl/checkpoints/global_step_<n>/actor``) and turning them into HF ones
-        (``python -m verl.model_merger``) is not wired in yet."""
-        if request.export_hf:
-            raise ConfigError(
-                "export_hf=true on the verl backend: verl writes FSDP checkpoints "
-                "(<run>/verl/checkpoints/global_step_<n>/actor); merge one into a Hugging Face "
-                "checkpoint with `python -m verl.model_merger merge --backend fsdp --local_dir "
-                "<that actor dir> --target_dir <out>` (not wired into export_hf yet)"
-            )
+        the Hugging Face weights itself). With ``export_hf`` verl checkpoints every evaluated
+        step (``translate.checkpoint_schedule``) and, once it is done, those steps are merged
+        by verl's own merger into ``<run>/hf/step_<n>/`` (step 0: the tiny base), the
+        checkpoints beyond ``train.keep_checkpoints`` removed after
+        (:mod:`fp8rl.verl_ext.export`); a run already done exports the evaluated steps
+        whose checkpoints verl kept and it has not exported yet."""
         if request.max_steps_this_call is not None:
             raise ConfigError("max_steps_this_call: not on the verl backend (check_runtime)")
         cfg = request.config_for(self.name)
@@ -165,7 +163,10 @@ class VerlBackend:
         rerun_failed, rerun_damaged = request.rerun_failed, request.rerun_damaged
         run_id = store.run_id(cfg.to_dict())
         files = RunFiles(store.run_dir(experiment, run_id).absolute())
-        launch = translate(cfg, cluster, files, experiment=experiment, run_id=run_id)
+        launch = translate(
+            cfg, cluster, files, experiment=experiment, run_id=run_id,
+            export_hf=request.export_hf,
+        )  # fmt: skip
         if self._would_run(store, experiment, run_id, rerun_failed, rerun_damaged):
             problems = launch_problems(launch, cluster)
             if problems:
@@ -178,6 +179,8 @@ class VerlBackend:
         ) as run:
             if not run.should_run:
                 info = store.run_info(run.experiment, run.run_id)
+                if request.export_hf and info.status.value == "done":
+                    export_run(cfg, files, missing_only=True)
                 return RunSummary(run.run_id, run.path, run.decision.value, info.status.value,
                                   info.last_step, reason=run.reason or info.reason)  # fmt: skip
             first = (run.read_metrics().last_step or 0) + 1
@@ -186,6 +189,10 @@ class VerlBackend:
                 on_step=request.on_step, python=self.python, poll_s=self.poll_s,
                 cache_dir=request.cache_dir,
             )  # fmt: skip
+            if request.export_hf:  # the run is done: an export that fails leaves it done
+                export_run(cfg, files)
+                if checkpoint_schedule(cfg, export_hf=True)[1] is None:  # all kept for it
+                    prune_checkpoints(files.checkpoints, cfg.train.keep_checkpoints)
             final = run.read_metrics().records
             evals = run.read_eval().records
             return RunSummary(

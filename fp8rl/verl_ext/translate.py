@@ -19,7 +19,11 @@
 - metrics go to verl's ``file`` logger (``VERL_FILE_LOGGER_PATH`` in the run's directory),
   rollout and validation generations to ``trainer.rollout_data_dir`` /
   ``validation_data_dir``, checkpoints to ``trainer.default_local_dir``, all under
-  ``<run>/verl/`` (:class:`RunFiles`), which ``fp8rl.verl_ext.ingest`` reads into the store.
+  ``<run>/verl/`` (:class:`RunFiles`), which ``fp8rl.verl_ext.ingest`` reads into the store;
+- checkpoints every ``train.checkpoint_every`` steps and at the last, the newest
+  ``train.keep_checkpoints`` kept; with ``export_hf`` (a runtime key) also at every evaluated
+  step, all kept while the run lasts (:func:`checkpoint_schedule`), so that
+  ``fp8rl.verl_ext.export`` can merge each evaluated step's into an HF checkpoint.
 
 What verl 0.9.1 lacks is fp8rl's, selected by the command (:attr:`VerlLaunch.hooks` names
 them; docs/verl_backend.md, "fp8rl inside verl"):
@@ -41,6 +45,7 @@ Combinations verl would silently change are refused (:func:`check_overrides`).
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from collections.abc import Sequence
@@ -72,6 +77,7 @@ __all__ = [
     "RunFiles",
     "VerlLaunch",
     "check_overrides",
+    "checkpoint_schedule",
     "format_override",
     "override_key",
     "translate",
@@ -248,15 +254,17 @@ def translate(
     *,
     experiment: str,
     run_id: str,
+    export_hf: bool = False,
 ) -> VerlLaunch:
     """The verl launch of a resolved run config (``fp8rl.verl_ext.settings.resolve_config``)
-    on ``cluster``, writing into ``files``. ConfigError for a combination verl cannot run
-    as configured (:func:`check_overrides`)."""
+    on ``cluster``, writing into ``files``; ``export_hf`` (the runtime key, not in the run
+    id) makes verl checkpoint every evaluated step (:func:`checkpoint_schedule`). ConfigError
+    for a combination verl cannot run as configured (:func:`check_overrides`)."""
     o = _Overrides()
     hooks: list[str] = []
     notes: list[str] = []
     workers_env: dict[str, str] = {}  # the driver's and every Ray worker's
-    _trainer(o, cfg, cluster, files, experiment, run_id)
+    _trainer(o, cfg, cluster, files, experiment, run_id, export_hf)
     _data(o, cfg, files)
     _model(o, cfg, cluster, files)
     _algorithm(o, cfg)
@@ -290,6 +298,7 @@ def _trainer(
     files: RunFiles,
     experiment: str,
     run_id: str,
+    export_hf: bool,
 ) -> None:
     t, ev = cfg.train, cfg.eval
     o.set("trainer.use_v1", True)  # the V1 trainer keeps a custom loss in bypass mode
@@ -301,8 +310,9 @@ def _trainer(
     o.set("trainer.logger", ["console", "file"])
     o.set("trainer.total_training_steps", cfg.steps)
     o.set("trainer.total_epochs", TOTAL_EPOCHS)
-    o.set("trainer.save_freq", t.checkpoint_every or cfg.steps)  # the last step always
-    o.set("trainer.max_actor_ckpt_to_keep", t.keep_checkpoints)
+    save_freq, keep = checkpoint_schedule(cfg, export_hf)
+    o.set("trainer.save_freq", save_freq)  # and the last step, always
+    o.set("trainer.max_actor_ckpt_to_keep", keep)
     o.set("trainer.default_local_dir", str(files.checkpoints))
     o.set("trainer.resume_mode", "auto")
     o.set("trainer.test_freq", ev.every or -1)
@@ -311,6 +321,25 @@ def _trainer(
     o.set("trainer.rollout_data_dir", None if dumps is None else str(dumps))
     o.set("trainer.validation_data_dir", str(files.validation_dumps) if ev.every else None)
     o.set("trainer.log_val_generations", 0)
+
+
+def checkpoint_schedule(cfg: RunConfig, export_hf: bool = False) -> tuple[int, int | None]:
+    """verl's ``trainer.save_freq`` and ``trainer.max_actor_ckpt_to_keep`` for ``cfg``.
+
+    verl saves every ``save_freq`` steps and at the last, and deletes the oldest beyond
+    ``max_actor_ckpt_to_keep`` (null: none). Without ``export_hf``: ``train.checkpoint_every``
+    (0: the last step only) and ``train.keep_checkpoints``. With it, when the run evaluates
+    between its start and its last step: every evaluated step too (the greatest common
+    divisor of the two periods: verl takes one period) and every checkpoint kept while the
+    run lasts, since the export needs the evaluated steps' and runs after verl exits (the
+    backend then removes all but the newest ``train.keep_checkpoints``:
+    ``fp8rl.verl_ext.export.prune_checkpoints``). A save draws no random number and changes
+    no weight, so the run computes the same either way (and keeps its id)."""
+    t, every = cfg.train, cfg.eval.every
+    save_freq = t.checkpoint_every or cfg.steps
+    if export_hf and 0 < every < cfg.steps:
+        return math.gcd(save_freq, every), None
+    return save_freq, t.keep_checkpoints
 
 
 def eval_families(cfg: RunConfig) -> list[str]:

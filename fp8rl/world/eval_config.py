@@ -1,6 +1,7 @@
 """What a held-out evaluation takes, without running one: :class:`EvalConfig`, a run
 config's (:func:`eval_config`, the same on both backends), the stratified item counts
-(:func:`item_counts`) and the items they pick (:func:`held_out_items`). Torch-free
+(:func:`item_counts`), the items they pick (:func:`held_out_items`) and the steps a run
+evaluates, which ``export_hf`` exports (:func:`export_steps`, the same on both backends). Torch-free
 (``fp8rl.world.evaluate`` runs the evaluation and re-exports these), so resolving a run's
 settings loads no torch.
 """
@@ -20,7 +21,14 @@ from fp8rl.world.tasks import (
     load_eval_set,
 )
 
-__all__ = ["EvalConfig", "eval_config", "held_out_items", "item_counts", "select_items"]
+__all__ = [
+    "EvalConfig",
+    "eval_config",
+    "export_steps",
+    "held_out_items",
+    "item_counts",
+    "select_items",
+]
 
 
 @dataclass(frozen=True)
@@ -98,3 +106,12 @@ def held_out_items(family: str, limit: int | None, difficulties: Sequence[int]) 
     """The held-out items an evaluation of ``family`` answers: the committed set's stratified
     sample (:func:`select_items`), on either backend."""
     return select_items(load_eval_set(family), limit, difficulties)
+
+
+def export_steps(cfg: RunConfig) -> list[int]:
+    """The steps ``export_hf`` exports: those the run evaluates (0, every ``eval.every``, the
+    last), or the last alone in a run that never evaluates (both backends)."""
+    every = cfg.eval.every
+    if not every:
+        return [cfg.steps]
+    return sorted({0, *range(every, cfg.steps + 1, every), cfg.steps})

@@ -95,3 +95,32 @@ def test_runs_not_done_are_left_out_and_say_so(tmp_path) -> None:
     # a tiny run's own token budget unless lm_eval.max_gen_toks says otherwise
     assert settings_for(checked.plan.points[0]).max_gen_toks == 24
     assert not tmp_path.exists() or list(tmp_path.iterdir()) == []
+
+
+def test_a_tiny_model_s_run_on_verl_is_evaluated_on_its_own_families() -> None:
+    """``backend=verl model=tiny-test`` validates on the tiny families at eval.max_new_tokens
+    (fp8rl.verl_ext.tiny_world): lm-eval measures the same, as on a tiny run, not the math
+    suite; a verl run of a Hub model keeps the suite; lm_eval.* settings win on either."""
+    from types import SimpleNamespace
+
+    from fp8rl.config import RunConfig
+    from fp8rl.evaluation.benchmarks import SUITE, TINY_BENCHMARKS
+    from fp8rl.evaluation.settings import LmEvalSettings
+    from fp8rl.experiments.lm_eval_stage import benchmarks_for, settings_for
+
+    def point(preset: str, families: list[str] | None, **lm_eval) -> SimpleNamespace:
+        ev = {"families": families, "max_new_tokens": 24}
+        cfg = RunConfig.from_dict(
+            {"backend": {"name": "verl"}, "model": {"preset": preset}, "eval": ev}
+        )
+        experiment = SimpleNamespace(lm_eval=LmEvalSettings(**lm_eval))
+        return SimpleNamespace(resolved=SimpleNamespace(config=cfg, experiment=experiment))
+
+    tiny = point("tiny-test", ["add_sub", "max_min"])
+    assert benchmarks_for(tiny) == ["add_sub", "max_min"]
+    assert settings_for(tiny).max_gen_toks == 24
+    assert benchmarks_for(point("tiny-s", None)) == list(TINY_BENCHMARKS)  # every family
+    hub = point("qwen3-8b-base", ["aime24"])
+    assert benchmarks_for(hub) == list(SUITE) and settings_for(hub).max_gen_toks is None
+    chosen = point("tiny-test", None, benchmarks=["modulo"], max_gen_toks=9)
+    assert benchmarks_for(chosen) == ["modulo"] and settings_for(chosen).max_gen_toks == 9

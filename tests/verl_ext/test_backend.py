@@ -17,6 +17,7 @@ from fp8rl.config.request import ResolvedConfig, RunRequest
 from fp8rl.experiments.backends import resolve_run
 from fp8rl.experiments.compose import compose
 from fp8rl.runs import RunStore
+from fp8rl.verl_ext import backend as backend_module
 from fp8rl.verl_ext import launch as launch_module
 from fp8rl.verl_ext.backend import VerlBackend
 
@@ -108,12 +109,44 @@ def test_sweep_s_preflight_refuses_a_grid_it_cannot_launch_but_plans_its_dry_run
     assert not (tmp_path / "runs").exists()
 
 
-def test_export_hf_is_refused_naming_verl_s_own_merger(tmp_path) -> None:
-    """The evaluation stage's HF exports (a runtime key on main's protocol) are not wired to
-    verl's FSDP checkpoints yet: refused, not silently skipped."""
-    r = resolved(tmp_path)
-    with pytest.raises(ConfigError, match=r"export_hf=true on the verl backend.*model_merger"):
-        start(r, VerlBackend(), export_hf=True)
+def test_export_hf_merges_the_evaluated_steps_after_the_run_and_on_a_done_run(
+    tmp_path, monkeypatch
+) -> None:
+    """With export_hf the launch checkpoints every evaluated step and keeps them all
+    (translate.checkpoint_schedule); once verl is done (stood in for: the tiny base and a
+    checkpoint per step, as a launch writes them) its evaluated steps are merged into
+    <run>/hf/ and the checkpoints pruned to train.keep_checkpoints; a done run asked again
+    (sweep.py --eval) exports only what is missing."""
+    from verl_checkpoints import base_model_dir, write_single
+
+    from fp8rl.runs import RunStatus, list_hf_exports
+
+    r = resolved(tmp_path, "model=tiny-test", "cluster=local_cpu", "steps=3", "eval.every=2",
+                 "train.keep_checkpoints=1")  # fmt: skip
+    launched: list[tuple[str, ...]] = []
+
+    def verl_stand_in(run, cfg, launch, files, cluster, **_) -> int:
+        launched.append(launch.overrides)
+        base_model_dir(files.model_dir)
+        for step in range(1, cfg.steps + 1):  # save_freq=gcd(5, 2)=1, the last step too
+            write_single(files.model_dir, files.checkpoints, step, seed=step)
+            run.log_metrics(step, {"actor/entropy": 1.0})
+        run.mark(RunStatus.DONE)
+        return cfg.steps
+
+    monkeypatch.setattr(backend_module, "run_verl", verl_stand_in)
+    summary = start(r, VerlBackend(), export_hf=True)
+    assert summary.status == "done"
+    assert "trainer.save_freq=1" in launched[0]
+    assert "trainer.max_actor_ckpt_to_keep=null" in launched[0]
+    run = Path(summary.path)
+    assert list(list_hf_exports(run)) == [0, 2, 3]  # evaluated: 0, every 2, the last
+    checkpoints = sorted(p.name for p in (run / "verl" / "checkpoints").glob("global_step_*"))
+    assert checkpoints == ["global_step_3"]  # train.keep_checkpoints=1 after the export
+    (run / "hf" / "step_00000000" / "config.json").unlink()  # an export gone since
+    again = start(r, VerlBackend(), export_hf=True)
+    assert again.decision == "skip" and len(launched) == 1  # not launched again
+    assert list(list_hf_exports(run)) == [0, 2, 3]  # step 0 exported again from the base
 
 
 def test_a_config_another_backend_resolved_is_refused_before_anything_is_written(

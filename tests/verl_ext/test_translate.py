@@ -19,6 +19,7 @@ from fp8rl.verl_ext.translate import (
     RunFiles,
     VerlLaunch,
     check_overrides,
+    checkpoint_schedule,
     format_override,
     override_key,
     translate,
@@ -249,3 +250,35 @@ def test_without_evaluation_verl_still_gets_a_validation_file(composer) -> None:
     assert v["data.val_files"] == f"[{RUN}/verl/data/train.parquet]"
     assert (v["trainer.test_freq"], v["trainer.val_before_train"]) == ("-1", "false")
     assert v["trainer.validation_data_dir"] == "null"
+
+
+def test_export_hf_makes_verl_checkpoint_and_keep_every_evaluated_step(composer) -> None:
+    """verl saves every trainer.save_freq steps and at the last, keeping the newest
+    max_actor_ckpt_to_keep; the export merges the evaluated steps' after the run, so with
+    export_hf the schedule takes the evaluation's period too and keeps every checkpoint.
+    The run config, hence the run id, does not change."""
+    r = resolve_run(composer(["backend=verl", "steps=20", "train.checkpoint_every=6",
+                              "train.keep_checkpoints=2", "eval.every=4"]))  # fmt: skip
+    files = RunFiles(RUN)
+
+    def schedule(cfg, export_hf: bool) -> tuple[str, str]:
+        v = values(translate(cfg, r.experiment.cluster, files, experiment="t", run_id="x",
+                             export_hf=export_hf))  # fmt: skip
+        return v["trainer.save_freq"], v["trainer.max_actor_ckpt_to_keep"]
+
+    assert schedule(r.config, export_hf=False) == ("6", "2")
+    assert schedule(r.config, export_hf=True) == ("2", "null")  # gcd(6, 4): 4, 8, ... saved
+    assert checkpoint_schedule(r.config, export_hf=True) == (2, None)
+    r.config.eval.every = 20  # evaluates at 0 and the last only: verl saves and keeps the last
+    assert schedule(r.config, export_hf=True) == ("6", "2")
+    r.config.eval.every = 0  # never evaluates: the last step alone is exported
+    assert schedule(r.config, export_hf=True) == ("6", "2")
+    r.config.eval.every, r.config.train.checkpoint_every = 5, 0  # 0: the last step only
+    assert checkpoint_schedule(r.config, export_hf=False) == (20, 2)
+    assert checkpoint_schedule(r.config, export_hf=True) == (5, None)
+
+
+def test_the_backend_s_launch_takes_the_experiment_s_export_hf(composer, tmp_path) -> None:
+    r = resolve_run(composer(["backend=verl", "eval.every=25", "export_hf=true"]))
+    v = values(VerlBackend().launch(r.config, r.experiment, tmp_path / "run"))
+    assert (v["trainer.save_freq"], v["trainer.max_actor_ckpt_to_keep"]) == ("25", "null")
