@@ -159,26 +159,32 @@ def cpu_engine_problems(cfg: RunConfig, launch: VerlLaunch) -> list[str]:
     ov = _overrides(launch)
     model = build_model(cfg.model.preset, vocab_size=VOCAB_SIZE_PADDED, seed=0)
     problems = []
+    quiet = logging.getLogger("fp8rl.numerics")  # a check, not the run's engines: no log
+    level = quiet.level
+    quiet.setLevel(max(quiet.getEffectiveLevel(), logging.WARNING))
     rollout = types.SimpleNamespace(quantization=ov.get("actor_rollout_ref.rollout.quantization"))
     try:
-        make_rollout_model(model, rollout_quant_of(rollout, {**os.environ, **launch.env}))
-    except ValueError as exc:
-        problems.append(f"the CPU rollout engine cannot run this rollout recipe: {exc}")
-    for node in ("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config"):
-        name = ov.get(f"{node}.fp8rl_recipe")
-        if name in (None, "bf16"):
-            continue
         try:
-            recipe = get_recipe(
-                name,
-                block_size=ov.get(f"{node}.fp8rl_block_size", 128),
-                include_lm_head=bool(ov.get(f"{node}.fp8rl_lm_head", False)),
-            )
-            apply_fp8_training(copy.deepcopy(model), recipe)
+            make_rollout_model(model, rollout_quant_of(rollout, {**os.environ, **launch.env}))
         except ValueError as exc:
-            problem = f"fp8rl's FP8 training engine cannot run {name} here: {exc}"
-            if problem not in problems:  # the reference's recipe is often the actor's
-                problems.append(problem)
+            problems.append(f"the CPU rollout engine cannot run this rollout recipe: {exc}")
+        for node in ("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config"):
+            name = ov.get(f"{node}.fp8rl_recipe")
+            if name in (None, "bf16"):
+                continue
+            try:
+                recipe = get_recipe(
+                    name,
+                    block_size=ov.get(f"{node}.fp8rl_block_size", 128),
+                    include_lm_head=bool(ov.get(f"{node}.fp8rl_lm_head", False)),
+                )
+                apply_fp8_training(copy.deepcopy(model), recipe)
+            except ValueError as exc:
+                problem = f"fp8rl's FP8 training engine cannot run {name} here: {exc}"
+                if problem not in problems:  # the reference's recipe is often the actor's
+                    problems.append(problem)
+    finally:
+        quiet.setLevel(level)
     return problems
 
 
