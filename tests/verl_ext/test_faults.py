@@ -5,7 +5,8 @@ in the store that reads as done and no process of verl's Ray left running:
   the memory and a floor on the time it would need;
 - a rollout (or FP8 training) recipe fp8rl's CPU engines cannot build: refused before Ray
   starts, by the pre-run check and again by the launcher, not inside a Ray actor;
-- a second launch into a run another process is running: refused in one line (the CLI);
+- a second launch into a run another process is running: refused in one line (the CLI;
+  slow, for sweep.py's start);
 - the launcher itself stopped: SIGTERM is an interrupt that stops verl's session and leaves the
   run resumable; a launcher killed outright takes verl's driver with it
   (``PR_SET_PDEATHSIG``), and the next launch stops whatever else the killed one left;
