@@ -395,6 +395,9 @@ def main(cfg: DictConfig) -> dict:
         # a grid reports its damaged runs at its end (GridSweeper); a single run here
         where = f"{cfg.experiment_name}/{summary.run_id}"
         sys.exit(say(f"run {where} is damaged: {summary.reason}", EXIT_RUN_FAILED))
+    if summary.decision == "locked" and single:
+        # another live process holds the run (a grid's workers skip each other's points)
+        sys.exit(say(locked_line(cfg, summary.run_id), EXIT_RUN_FAILED))
     line = (
         f"{cfg.experiment_name}/{summary.run_id}: {summary.decision} -> {summary.status} "
         f"(last step {summary.last_step})"
@@ -414,6 +417,18 @@ def main(cfg: DictConfig) -> dict:
         "status": summary.status,
         "last_step": summary.last_step,
     }
+
+
+def locked_line(cfg: DictConfig, run_id: str) -> str:
+    """A single run another live process is running: who, and what to do."""
+    ref = RunRef(Path(cfg.runs_dir), cfg.experiment_name, run_id)
+    info = ref.info()
+    record = info.status_record if info is not None else {}
+    holder = f"pid {record.get('pid')} on {record.get('host')}" if record.get("pid") else "?"
+    return (
+        f"run {cfg.experiment_name}/{run_id} is being run by another process ({holder}); "
+        "nothing was started: wait for it to finish, or stop it and run the same command again"
+    )
 
 
 def run_grid_or_run(args: HarnessArgs) -> int:

@@ -16,10 +16,10 @@ from omegaconf import OmegaConf
 from fp8rl.config import ClusterConfig, ConfigError, RunConfig
 from fp8rl.config.request import ResolvedConfig, RunRequest
 from fp8rl.runs import RunStore, RunSummary
-from fp8rl.verl_ext.cost import VerlCost
+from fp8rl.verl_ext.cost import CPU_OVERHEAD_S, MEAN_PROMPT_TOKENS, MEAN_RESPONSE_FRACTION, VerlCost
 from fp8rl.verl_ext.export import export_run, prune_checkpoints
 from fp8rl.verl_ext.hooks import HOOKS
-from fp8rl.verl_ext.launch import POLL_S, launch_problems, run_verl
+from fp8rl.verl_ext.launch import POLL_S, cpu_engine_problems, launch_problems, run_verl
 from fp8rl.verl_ext.presets import TINY_PRESETS, get_model, is_tiny
 from fp8rl.verl_ext.settings import NAME, resolve_config
 from fp8rl.verl_ext.translate import RunFiles, VerlLaunch, checkpoint_schedule, translate
@@ -31,6 +31,21 @@ logger = logging.getLogger(__name__)
 #: Bytes per parameter of a verl run on the CPU: FP32 master weights, gradients and two Adam
 #: moments (16), the rollout server's FP32 copy (4).
 CPU_BYTES_PER_PARAM = 20
+#: FP32 GEMM peak of the 2-core AMD EPYC this harness runs on, measured (a 2048^3 matmul,
+#: BENCHMARKS.md): the rate of the floor on a verl model's CPU time (:func:`cpu_floor_s`).
+CPU_GEMM_FLOPS = 187e9
+
+
+def cpu_floor_s(cfg: RunConfig) -> float:
+    """A floor on the seconds ``cfg`` (a verl model) would take on this CPU: start-up, plus
+    every step's FLOPs (the cost model's tokens: the update, the old log-prob and reference
+    passes at 2 N per token and pass, 6 N for the update; 2 N per generated token for the
+    rollout) at :data:`CPU_GEMM_FLOPS`, a peak no whole step reaches."""
+    r, n = cfg.rollout, get_model(cfg.model.preset).params_b * 1e9
+    generated = r.prompts_per_step * r.n_samples * MEAN_RESPONSE_FRACTION * r.max_new_tokens
+    tokens = generated + r.prompts_per_step * r.n_samples * MEAN_PROMPT_TOKENS
+    passes = 6 * cfg.train.ppo_epochs + 2 + (2 if cfg.algorithm.kl_coef > 0 else 0)
+    return CPU_OVERHEAD_S + cfg.steps * n * (tokens * passes + 2 * generated) / CPU_GEMM_FLOPS
 
 
 class VerlBackend:
@@ -84,11 +99,15 @@ class VerlBackend:
                 f"cluster=local_cpu runs the tiny models ({', '.join(TINY_PRESETS)}): "
                 f"{m.hf_id} ({m.params_b}B parameters) would need about "
                 f"{CPU_BYTES_PER_PARAM * m.params_b:.0f} GB for its FP32 weights, gradients, "
-                "Adam state and rollout copy, and its weights from the Hub; run it with "
-                "cluster=gpu on a GPU node"
+                f"Adam state and rollout copy, at least {cpu_floor_s(cfg) / 3600:.1f} h for "
+                f"its {cfg.steps} steps (their FLOPs at this CPU's measured FP32 GEMM peak, "
+                f"{CPU_GEMM_FLOPS / 1e9:.0f} GFLOP/s), and its weights from the Hub; run it "
+                "with cluster=gpu on a GPU node"
             )
         launch = self.launch(cfg, exp, Path(exp.runs_dir) / exp.experiment_name / "<run id>")
         problems = launch_problems(launch, exp.cluster)
+        if exp.cluster.device == "cpu":
+            problems += cpu_engine_problems(cfg, launch)
         if problems:
             raise ConfigError("cannot launch on the verl backend here: " + " | ".join(problems))
 

@@ -3,33 +3,50 @@ the run store.
 
 :func:`launch_problems` is everything that refuses a launch before anything starts (no
 run directory, no process): missing benchmark files and a machine without verl's GPU stack (a
-CUDA GPU, vLLM, TransferQueue). :func:`run_verl`
-then, with the run open in the store: writes the run's parquet files, moves an earlier
+CUDA GPU, vLLM, TransferQueue); :func:`cpu_engine_problems` what fp8rl's CPU engines cannot
+build for a tiny model on ``cluster=local_cpu``. :func:`run_verl`
+then, with the run open in the store: stops whatever an earlier, killed launch of the run
+left running (:func:`stop_leftovers`), writes the run's parquet files, moves an earlier
 attempt's logger file aside, records the exact command (``verl/command.sh``), starts verl
 as a child process (its output in ``verl/driver.log``) and ingests its outputs while it runs
 and once more when it exits (``fp8rl.verl_ext.ingest``). One node: verl's ``ray.init()``
 starts a local head. Several nodes: start Ray on every node first (``ray start --head`` on
 one, ``ray start --address=<head>:6379`` on the others) and set ``cluster.ray_address=auto``
 (docs/verl_backend.md, "Running on a cluster").
+
+verl's driver runs in its own session, which also holds the local Ray its ``ray.init()``
+starts; the launcher stops that session whenever it leaves :func:`run_verl` (verl done or
+failed, an exception, Ctrl-C, or SIGTERM, which :func:`run_verl` turns into
+:class:`Terminated`, an interrupt). A launcher killed outright (SIGKILL) cannot: on Linux the
+driver is started with ``PR_SET_PDEATHSIG`` so that it dies with the launcher (Ray's own
+processes share the driver's fate the same way), and the session is recorded in
+``verl/session.json`` so that the next launch of the run stops anything still left in it
+before it starts (holding the run's lock, it knows the earlier launcher is gone).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from fp8rl.config import ClusterConfig, ConfigError, RunConfig
-from fp8rl.runs import Run, RunStatus, atomic_write_text
+from fp8rl.runs import Run, RunStatus, atomic_write_json, atomic_write_text
+from fp8rl.runs.lock import pid_alive, process_start_time
 from fp8rl.verl_ext.data import TRAIN_SET, check_data, prepare_verl_data
 from fp8rl.verl_ext.ingest import Ingestor, rotate_file_logger
 from fp8rl.verl_ext.translate import RunFiles, VerlLaunch
@@ -37,11 +54,15 @@ from fp8rl.verl_ext.translate import RunFiles, VerlLaunch
 __all__ = [
     "CLUSTER_INSTALL",
     "POLL_S",
+    "SESSION_FILE",
+    "Terminated",
+    "cpu_engine_problems",
     "gpu_stack_problems",
     "latest_verl_checkpoint",
     "launch_problems",
     "run_verl",
     "session_processes",
+    "stop_leftovers",
     "stop_session",
 ]
 
@@ -59,6 +80,16 @@ _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 REPO = Path(__file__).resolve().parents[2]
 #: Prepares a tiny model's run from the tiny world (``fp8rl.verl_ext.tiny_world.prepare``).
 TINY_PREPARE = REPO / "scripts" / "verl_prepare_tiny.py"
+#: verl's driver session as the launcher started it (under ``<run>/verl/``): pid = session
+#: id, its start time and host, for the next launch to stop what a killed launcher left.
+SESSION_FILE = "session.json"
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached the launcher while :func:`run_verl` ran: an interrupt like Ctrl-C
+    (verl and its Ray are stopped, the store leaves the run resumable, ``sweep.py`` ends
+    with its "interrupted" line)."""
 
 
 def gpu_stack_problems() -> list[str]:
@@ -93,6 +124,67 @@ def launch_problems(launch: VerlLaunch, cluster: ClusterConfig) -> list[str]:
         problems.append(
             f"verl's GPU stack is missing: {'; '.join(stack)}. Install it {CLUSTER_INSTALL}"
         )
+    return problems
+
+
+def _overrides(launch: VerlLaunch) -> dict[str, Any]:
+    """The launch's overrides as values (``+key=value`` under ``key``)."""
+    out = {}
+    for o in launch.overrides:
+        key, value = o.lstrip("+").split("=", 1)
+        out[key] = yaml.safe_load(value) if value else None
+    return out
+
+
+def cpu_engine_problems(cfg: RunConfig, launch: VerlLaunch) -> list[str]:
+    """What fp8rl's CPU engines cannot build for ``launch`` on ``cluster=local_cpu`` (empty:
+    everything builds): the rollout server's engine, from the precision the server reads
+    (:func:`fp8rl.verl_ext.cpu_rollout.rollout_quant_of` on the translated
+    ``rollout.quantization`` and environment), and the FP8 training engine's recipe
+    (``fsdp_config.fp8rl_*``), each built here on a model of the run's shape exactly as the
+    Ray actors would build it, so that what they would refuse inside Ray (a block size that
+    does not tile the model's widths) is refused before Ray starts. A tiny model only (the
+    only models ``local_cpu`` runs); milliseconds."""
+    if not launch.tiny:
+        return []
+    import copy
+    import types
+
+    from fp8rl.numerics import apply_fp8_training, get_recipe
+    from fp8rl.numerics.rollout import make_rollout_model
+    from fp8rl.verl_ext.cpu_rollout import rollout_quant_of
+    from fp8rl.world.model import build_model
+    from fp8rl.world.tokenizer import VOCAB_SIZE_PADDED
+
+    ov = _overrides(launch)
+    model = build_model(cfg.model.preset, vocab_size=VOCAB_SIZE_PADDED, seed=0)
+    problems = []
+    quiet = logging.getLogger("fp8rl.numerics")  # a check, not the run's engines: no log
+    level = quiet.level
+    quiet.setLevel(max(quiet.getEffectiveLevel(), logging.WARNING))
+    rollout = types.SimpleNamespace(quantization=ov.get("actor_rollout_ref.rollout.quantization"))
+    try:
+        try:
+            make_rollout_model(model, rollout_quant_of(rollout, {**os.environ, **launch.env}))
+        except ValueError as exc:
+            problems.append(f"the CPU rollout engine cannot run this rollout recipe: {exc}")
+        for node in ("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config"):
+            name = ov.get(f"{node}.fp8rl_recipe")
+            if name in (None, "bf16"):
+                continue
+            try:
+                recipe = get_recipe(
+                    name,
+                    block_size=ov.get(f"{node}.fp8rl_block_size", 128),
+                    include_lm_head=bool(ov.get(f"{node}.fp8rl_lm_head", False)),
+                )
+                apply_fp8_training(copy.deepcopy(model), recipe)
+            except ValueError as exc:
+                problem = f"fp8rl's FP8 training engine cannot run {name} here: {exc}"
+                if problem not in problems:  # the reference's recipe is often the actor's
+                    problems.append(problem)
+    finally:
+        quiet.setLevel(level)
     return problems
 
 
@@ -152,6 +244,75 @@ def session_processes(sid: int) -> list[int]:
     return found
 
 
+def stop_leftovers(verl_dir: Path) -> list[int]:
+    """Stop whatever is left of the verl session an earlier launch recorded in
+    ``verl_dir`` (:data:`SESSION_FILE`): its launcher was killed before it could (the caller
+    holds the run's lock, so that launcher is gone). Nothing when the record names another
+    host, or a pid now held by another process. Returns the pids it signalled."""
+    path = Path(verl_dir) / SESSION_FILE
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    sid = record.get("sid")
+    if record.get("host") != socket.gethostname() or not isinstance(sid, int):
+        return []
+    if pid_alive(sid) and process_start_time(sid) != record.get("start"):
+        path.unlink(missing_ok=True)  # the pid is another process's now; its session is gone
+        return []
+    left = stop_session(sid)
+    if left:
+        logger.warning(
+            "stopped %d processes an earlier launch of this run left running (verl's session "
+            "%d: its launcher was killed)", len(left), sid,
+        )  # fmt: skip
+    if not session_processes(sid):
+        path.unlink(missing_ok=True)
+    return left
+
+
+def _die_with_launcher() -> Callable[[], None] | None:
+    """A ``preexec_fn`` for verl's driver: SIGKILL when the launcher dies, however it dies
+    (Linux ``prctl(PR_SET_PDEATHSIG)``; None elsewhere, where only :func:`stop_leftovers`
+    catches a killed launcher's driver)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not after fork
+    except (OSError, AttributeError):
+        return None
+    launcher = os.getpid()
+    kill = int(signal.SIGKILL)
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, kill)
+        if os.getppid() != launcher:  # the launcher died before prctl: nobody to serve
+            os._exit(1)
+
+    return preexec
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` inside the block (the main thread only, where
+    Python delivers signals); a second SIGTERM is ignored while the first is handled."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up runs to its end
+        raise Terminated(f"signal {signum} (SIGTERM)")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 class _gone:
     """Ignore a process that exited already."""
 
@@ -186,7 +347,29 @@ def run_verl(
     """Run verl for the open ``run`` (it holds the store's lock) until it exits; returns the
     last step logged. Raises RuntimeError when verl exits non-zero or stops before the
     last step (the store marks the run failed; the next call resumes it from verl's newest
-    checkpoint)."""
+    checkpoint), ConfigError before anything starts when fp8rl's CPU engines cannot build
+    the run (:func:`cpu_engine_problems`), and :class:`Terminated` on SIGTERM (the store
+    leaves the run resumable)."""
+    with _sigterm_interrupts():
+        return _run_verl(run, cfg, launch, files, cluster, on_step, python, poll_s, cache_dir)
+
+
+def _run_verl(
+    run: Run,
+    cfg: RunConfig,
+    launch: VerlLaunch,
+    files: RunFiles,
+    cluster: ClusterConfig,
+    on_step: Callable[[int, dict[str, Any]], None] | None,
+    python: str,
+    poll_s: float,
+    cache_dir: str | Path | None,
+) -> int | None:
+    stop_leftovers(files.verl_dir)  # before reading the checkpoints a leftover may write
+    if cluster.device == "cpu":
+        problems = cpu_engine_problems(cfg, launch)
+        if problems:
+            raise ConfigError(f"{run!r} cannot run on the CPU: " + " | ".join(problems))
     files.verl_dir.mkdir(parents=True, exist_ok=True)
     if launch.tiny:
         _prepare_tiny(cfg, files, python, cache_dir)
@@ -214,14 +397,21 @@ def run_verl(
         on_step=on_step,
     )
     env = _environment(launch)
+    session = files.verl_dir / SESSION_FILE
     logger.info("%r: launching verl (%s)", run, files.command_file)
     with open(files.driver_log, "ab") as log:
         # its own session: the local Ray verl's ray.init starts (GCS, raylet, workers) is in
-        # it, so whatever is left of it is stopped with it, also after a failure or Ctrl-C
+        # it, so whatever is left of it is stopped with it, also after a failure or Ctrl-C;
+        # killed with the launcher (SIGKILL), and recorded for the next launch
         proc = subprocess.Popen(
-            launch.command(python), env=env, stdout=log, stderr=log, start_new_session=True
-        )
+            launch.command(python), env=env, stdout=log, stderr=log, start_new_session=True,
+            preexec_fn=_die_with_launcher(),
+        )  # fmt: skip
         try:
+            atomic_write_json(session, {
+                "sid": proc.pid, "start": process_start_time(proc.pid),
+                "host": socket.gethostname(),
+            })  # fmt: skip
             while proc.poll() is None:
                 time.sleep(poll_s)
                 ingestor.poll()
@@ -236,6 +426,8 @@ def run_verl(
         finally:
             if cluster.ray_address is None:
                 stop_session(proc.pid)
+            if not session_processes(proc.pid):
+                session.unlink(missing_ok=True)
     ingestor.poll(final=True)
     last = run.read_metrics().last_step
     if proc.returncode != 0:
