@@ -21,7 +21,7 @@ from typing import Any
 # Bump when a code change alters results (a bug fix in a loss, a new default that
 # is not in the config). Finished runs of an older version are then reported as
 # stale, and re-run only when asked.
-RESULTS_VERSION: int = 4
+RESULTS_VERSION: int = 5
 # 2: the run config is the nested RunConfig (fp8rl.config; the Hydra tree's keys), not the
 #    flat TrainConfig: every run id changed, and a version-1 run is not found under the
 #    new ids (it is neither reused nor reported stale: its config has another shape).
@@ -35,6 +35,11 @@ RESULTS_VERSION: int = 4
 #    lower one; new keys clipping.pool and clipping.min_tail_tokens; in bypass mode
 #    (train.old_logprob_source=rollout) the calibrator and fp8rl/shadow/* see the loss's own
 #    ratios, mini-batch 0 included.
+# 5: issue 31. The verl backend on the CPU computes the tiny backend's numbers: seeded sampler
+#    batches (the tiny backend's samples, in draw order), every recipe in the tiny backend's
+#    numerics (FP32, BF16 emulated; fsdp_config.fp8rl_emulate) instead of verl's BF16
+#    autocast, and a tiny model's blocks the tiny backend's (granularity.block_size null ->
+#    4 for tiny-test, not 128). Tiny-backend numbers are unchanged.
 
 RUN_ID_LENGTH = 16
 

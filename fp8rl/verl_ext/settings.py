@@ -26,6 +26,7 @@ from fp8rl.verl_ext.presets import (
     is_tiny,
 )
 from fp8rl.verl_ext.rollout_quant import VllmRolloutFormat
+from fp8rl.world.presets import mimic_block_size
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -153,13 +154,16 @@ def prompt_length(preset: str) -> int:
 
 
 def resolve_config(cfg: RunConfig) -> ResolvedConfig:
-    """``cfg`` checked and resolved for verl: derived values filled in (block size 128,
-    every benchmark for ``eval.families``), unused settings reset (``unused``: what was
+    """``cfg`` checked and resolved for verl: derived values filled in (block size 128 - a tiny
+    model's the tiny backend's, ``fp8rl.world.presets.mimic_block_size`` - every benchmark
+    for ``eval.families``), unused settings reset (``unused``: what was
     reset, with why). Idempotent."""
     validate(cfg)
     tiny = is_tiny(cfg.model.preset)
     families = TINY_FAMILIES if tiny else BENCHMARKS
-    resolved, unused = resolve(cfg, default_block_size=DEFAULT_BLOCK_SIZE, families=families)
+    # a tiny model's blocks are the tiny backend's (its 8B block-to-width ratio): one config
+    block = mimic_block_size(cfg.model.preset) if tiny else DEFAULT_BLOCK_SIZE
+    resolved, unused = resolve(cfg, default_block_size=block, families=families)
     default = RunConfig()
     changes: dict[str, Any] = {}
     for key, why in UNUSED.items():

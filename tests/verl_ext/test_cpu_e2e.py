@@ -20,11 +20,14 @@ from pathlib import Path
 
 import pytest
 from sweep_cli import sweep
+from verl_agreement import assert_agree
 
 from fp8rl.config import RunConfig
 from fp8rl.runs.store import RunStore
 
 CPU = ("model=tiny-test", "cluster=local_cpu")
+#: What the agreement with the tiny backend reads: a token dump and a checkpoint at step 1.
+AGREEMENT = ("train.dump_samples_every=1", "train.dump_samples=16", "train.checkpoint_every=1")
 GRANULARITIES = ("bf16", "fp8_rollout_only", "tensorwise", "rowwise", "blockwise")
 CLIPPINGS = ("standard", "calibrated")
 
@@ -67,10 +70,16 @@ def _run(tmp_path: Path, *overrides: str) -> tuple[Path, RunConfig, list[dict], 
 
 
 def test_blockwise_fp8_with_cc_on_verl_calibrates_on_step_1_and_validates(tmp_path: Path) -> None:
-    run_dir, cfg, records, _ = _run(
-        tmp_path, "granularity=blockwise", "clipping=calibrated",
-        "clipping.calibrate_at_start=true", "eval.every=2", "eval.max_new_tokens=32",
-    )  # fmt: skip
+    arm = ("granularity=blockwise", "clipping=calibrated", "clipping.calibrate_at_start=true",
+           "eval.every=2", "eval.max_new_tokens=32", *AGREEMENT)  # fmt: skip
+    run_dir, cfg, records, _ = _run(tmp_path, *arm)
+    # one method at two scales (issue 31): step 1 as the tiny backend computes it
+    # (tests/verl_ext/test_backend_agreement.py; its negative control in make test-all)
+    tiny = tmp_path / "tiny"
+    out = sweep(tmp_path, "+experiment=test", "model=tiny-test", *arm, f"runs_dir={tiny}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    (tiny_dir,) = (tiny / "test").glob("[0-9a-f]" * 16)
+    assert_agree(tiny_dir, run_dir)
     first, second = (r["data"] for r in records)
     eps = cfg.algorithm.eps_low
     assert first["fp8rl/calib/is_calibration_step"] == 1.0  # fp8rl's calibrated actor

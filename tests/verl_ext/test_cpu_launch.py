@@ -5,6 +5,7 @@ run id; the launcher stops every process verl's session leaves behind."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from fp8rl.experiments.compose import Composer, expand_grid
 from fp8rl.verl_ext.backend import VerlBackend
 from fp8rl.verl_ext.launch import session_processes, stop_session
 from fp8rl.verl_ext.presets import TINY_FAMILIES, TINY_PRESETS, TINY_PROMPT_LENGTH
+from fp8rl.verl_ext.rollout_quant import VllmRolloutFormat
 from fp8rl.verl_ext.translate import CPU_ENV, VerlLaunch
 from fp8rl.verl_ext.verl_config import build_verl_config, compose_verl_config
 
@@ -71,7 +73,11 @@ def test_a_tiny_model_on_the_cpu_translates_to_fp8rls_cpu_platform_and_rollout()
     assert ov["actor_rollout_ref.rollout.name"] == "fp8rl_cpu"
     assert ov["trainer.device"] == "cpu"
     assert ov["actor_rollout_ref.model.path"].endswith("/verl/model")
-    assert ov["actor_rollout_ref.rollout.quantization"] == "fp8"  # 128x128 blocks
+    # the tiny backend's blocks (4 = 128/4096 of tiny-test's width 128), not vLLM's 128x128
+    assert ov["actor_rollout_ref.rollout.quantization"] == "null"
+    assert VllmRolloutFormat.from_env(launch.env).quant.block_size == 4
+    assert ov["actor_rollout_ref.actor.fsdp_config.fp8rl_block_size"] == "4"
+    assert ov["actor_rollout_ref.actor.fsdp_config.fp8rl_emulate"] == "true"
     assert ov["transfer_queue.backend.SimpleStorage.num_data_storage_units"] == "1"
     assert ov["ray_kwargs.ray_init.num_gpus"] == "1"
     assert launch.env["VERL_PLATFORM"] == "cpu"
@@ -101,6 +107,10 @@ def test_a_tiny_model_takes_the_tiny_scale_on_verl() -> None:
         verl = resolve_run(compose(["+experiment=test", "backend=verl", *CPU])).config.to_dict()
         assert verl["backend"].pop("name") == "verl" and tiny["backend"].pop("name") == "tiny"
         assert verl == tiny
+        for arm in (["granularity=blockwise"], ["granularity=rowwise", "clipping=calibrated"]):
+            tiny = resolve_run(compose(["+experiment=test", "model=tiny-test", *arm])).config
+            verl = resolve_run(compose(["+experiment=test", "backend=verl", *CPU, *arm])).config
+            assert dataclasses.replace(verl, backend=tiny.backend) == tiny  # blocks included
         grid = expand_grid(["+experiment=test", "backend=verl", "model=tiny-test,qwen3-0.6b-base"],
                            compose)  # fmt: skip
         assert [p[-1] for p in grid] == ["scale=tiny_${study}", "model=qwen3-0.6b-base"]
