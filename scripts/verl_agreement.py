@@ -23,20 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-ARMS = {
-    "bf16": ("granularity=bf16",),
-    "rowwise": ("granularity=rowwise",),
-    "blockwise_cc": (
-        "granularity=blockwise",
-        "clipping=calibrated",
-        "clipping.calibrate_at_start=true",
-    ),
-}
-COMMON = ("+experiment=test", "model=tiny-test", "train.dump_samples_every=1",
-          "train.dump_samples=16", "train.ppo_epochs=2", "train.checkpoint_every=1",
-          "eval.every=0")  # fmt: skip
-VERL = ("backend=verl", "cluster=local_cpu")
-CONTROL = ("algorithm.eps_low=0.03",)
+from fp8rl.verl_ext.agreement import ARMS, COMMON, CONTROL, VERL  # noqa: E402
 
 
 def cpu_name() -> str:

@@ -37,8 +37,12 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "ARMS",
     "CLOSE_METRICS",
+    "COMMON",
+    "CONTROL",
     "TOLERANCES",
+    "VERL",
     "Check",
     "Tolerance",
     "compare_runs",
@@ -47,6 +51,27 @@ __all__ = [
     "tolerance_for",
     "verl_step_weights",
 ]
+
+#: The arms the agreement is measured on (tests/verl_ext/test_backend_agreement.py,
+#: scripts/verl_agreement.py): overrides of ``python sweep.py`` after :data:`COMMON`.
+ARMS: dict[str, tuple[str, ...]] = {
+    "bf16": ("granularity=bf16",),
+    "rowwise": ("granularity=rowwise",),
+    "blockwise_cc": (
+        "granularity=blockwise",
+        "clipping=calibrated",
+        "clipping.calibrate_at_start=true",
+    ),
+}
+#: Every arm's run: the test study, two PPO epochs (every row's last visit follows an update,
+#: so the dump holds the whole batch), a token dump and a checkpoint every step, no evaluation.
+COMMON: tuple[str, ...] = (
+    "+experiment=test", "model=tiny-test", "train.dump_samples_every=1", "train.dump_samples=16",
+    "train.ppo_epochs=2", "train.checkpoint_every=1", "eval.every=0",
+)  # fmt: skip
+#: The verl side of an arm, and the negative control's change (on the tiny side).
+VERL: tuple[str, ...] = ("backend=verl", "cluster=local_cpu")
+CONTROL: tuple[str, ...] = ("algorithm.eps_low=0.03",)
 
 #: Step metrics both backends log under the same name, by what bounds their difference: the
 #: update's noise (relative), a share of tokens (absolute), the bounds in force (exact up to

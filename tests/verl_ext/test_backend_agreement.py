@@ -21,18 +21,7 @@ import pytest
 from sweep_cli import sweep
 from verl_agreement import assert_agree, assert_control_fails
 
-ARMS = {
-    "bf16": ("granularity=bf16",),
-    "rowwise": ("granularity=rowwise",),
-    "blockwise_cc": (
-        "granularity=blockwise",
-        "clipping=calibrated",
-        "clipping.calibrate_at_start=true",
-    ),
-}
-COMMON = ("+experiment=test", "model=tiny-test", "train.dump_samples_every=1",
-          "train.dump_samples=16", "train.ppo_epochs=2", "train.checkpoint_every=1",
-          "eval.every=0")  # fmt: skip
+from fp8rl.verl_ext.agreement import ARMS, COMMON, CONTROL, VERL
 
 
 def run_dir(tmp_path: Path, name: str, *overrides: str) -> Path:
@@ -48,8 +37,8 @@ def run_dir(tmp_path: Path, name: str, *overrides: str) -> Path:
 def test_the_tiny_and_the_verl_backend_run_one_method(tmp_path: Path, arm: str) -> None:
     overrides = (*COMMON, *ARMS[arm])
     tiny = run_dir(tmp_path, "tiny", *overrides)
-    control = run_dir(tmp_path, "control", *overrides, "algorithm.eps_low=0.03")
-    verl = run_dir(tmp_path, "verl", *overrides, "backend=verl", "cluster=local_cpu")
+    control = run_dir(tmp_path, "control", *overrides, *CONTROL)
+    verl = run_dir(tmp_path, "verl", *overrides, *VERL)
     assert_agree(tiny, verl)
     assert_control_fails(control, verl, blockwise=arm.startswith("blockwise"))
 
@@ -79,7 +68,7 @@ def test_the_token_viewer_shows_a_verl_run_token_by_token(tmp_path: Path) -> Non
         pytest.skip(f"no chromium: {shots.HOW_TO_INSTALL}")
     overrides = (*COMMON, *ARMS["bf16"])
     pages = {}
-    for name, extra in (("tiny", ()), ("verl", ("backend=verl", "cluster=local_cpu"))):
+    for name, extra in (("tiny", ()), ("verl", VERL)):
         run = run_dir(tmp_path, name, *overrides, *extra)
         runs = runs_frame(tmp_path / name, "test")
         (link,) = [k for k in write_viewers(tmp_path / name, "test", runs, tmp_path / f"{name}_v")

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from sweep_cli import sweep
 from verl_agreement import assert_agree
+from verl_processes import processes_of
 
 from fp8rl.config import RunConfig
 from fp8rl.runs.store import RunStore
@@ -30,18 +31,6 @@ CPU = ("model=tiny-test", "cluster=local_cpu")
 AGREEMENT = ("train.dump_samples_every=1", "train.dump_samples=16", "train.checkpoint_every=1")
 GRANULARITIES = ("bf16", "fp8_rollout_only", "tensorwise", "rowwise", "blockwise")
 CLIPPINGS = ("standard", "calibrated")
-
-
-def _processes_of(path: Path) -> list[int]:
-    """Live processes whose environment names ``path`` (verl's driver and its Ray)."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if str(path).encode() in (entry / "environ").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 def _run(tmp_path: Path, *overrides: str) -> tuple[Path, RunConfig, list[dict], str]:
@@ -54,7 +43,7 @@ def _run(tmp_path: Path, *overrides: str) -> tuple[Path, RunConfig, list[dict], 
     (run_dir,) = (runs / "test").glob("[0-9a-f]" * 16)
     info = RunStore(runs).run_info("test", run_dir.name)
     assert info.status.value == "done" and info.last_step == 2
-    assert _processes_of(run_dir) == []  # the local Ray stopped with the command
+    assert processes_of(run_dir) == []  # the local Ray stopped with the command
     cfg = RunConfig.from_dict(info.config)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2]

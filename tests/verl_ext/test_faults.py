@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pytest
 from sweep_cli import sweep
+from verl_processes import processes_of
 from verl_runs import fake_python, write_data
 
 from fp8rl.config import ConfigError
@@ -265,11 +266,4 @@ def test_a_taken_ray_port_does_not_stop_a_verl_run_on_the_cpu(tmp_path: Path) ->
     assert info.status.value == "done" and info.last_step == 1
     log = (run_dir / "verl" / "driver.log").read_text()
     assert "Started a local Ray instance" in log and "127.0.0.1:8265 " not in log
-    left = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if str(run_dir).encode() in (entry / "environ").read_bytes():
-                left.append(int(entry.name))
-        except OSError:
-            continue
-    assert left == []
+    assert processes_of(run_dir) == []

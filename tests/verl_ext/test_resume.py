@@ -35,6 +35,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from sweep_cli import sweep
+from verl_processes import processes_of
 
 from fp8rl.runs.store import RunStore
 from fp8rl.verl_ext.calibrated_actor import STATE_FILE
@@ -46,18 +47,6 @@ COMMAND = (
     "granularity=blockwise", "clipping=calibrated", "clipping.period=2", "clipping.pool=period",
     "train.checkpoint_every=1", "train.dump_samples_every=1", "train.dump_samples=16",
 )  # fmt: skip
-
-
-def processes_of(path: Path) -> list[int]:
-    """Live processes whose environment names ``path`` (verl's driver and its Ray)."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if str(path).encode() in (entry / "environ").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 def wait_for(what: str, check, timeout: float, every: float = 0.05):
