@@ -21,23 +21,18 @@ from pathlib import Path
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
-from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+from transformers import GenerationConfig, Qwen3ForCausalLM
 
 from fp8rl.world.tokenizer import build_tokenizer
+
+from verl_cpu_engine import two_layer_qwen3
 
 
 def base_model_dir(path: Path) -> Path:
     """A 2-layer Qwen3 (odd row counts nowhere: 2 ranks split every weight evenly) and the
     tiny tokenizer, with EOS in its generation config, as the tiny base is written."""
     tok = build_tokenizer()
-    torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=max(256, len(tok)), hidden_size=64, intermediate_size=128,
-        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, head_dim=32,
-        max_position_embeddings=256, tie_word_embeddings=False,
-        eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
-    )  # fmt: skip
-    model = Qwen3ForCausalLM(config)
+    model = two_layer_qwen3(tok, eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id)
     model.generation_config = GenerationConfig(
         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
     )

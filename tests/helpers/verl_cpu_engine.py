@@ -35,6 +35,7 @@ import tempfile
 import time
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 ENV = {
     "MASTER_ADDR": "127.0.0.1",
@@ -56,23 +57,28 @@ def register_cpu_platform() -> None:
     register()
 
 
-def tiny_model_dir(path: str | None = None) -> str:
-    """A 2-layer Qwen3 and the tiny tokenizer saved as a Hugging Face directory at ``path``
-    (a new temporary directory if None)."""
+def two_layer_qwen3(tok: Any, **config: Any) -> Any:
+    """A 2-layer Qwen3 for the tiny tokenizer ``tok`` (seed 0; ``config``: more
+    ``Qwen3Config`` fields); every width even, so two ranks split every weight evenly."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
+    torch.manual_seed(0)
+    return Qwen3ForCausalLM(Qwen3Config(
+        vocab_size=max(256, len(tok)), hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, head_dim=32,
+        max_position_embeddings=256, tie_word_embeddings=False, **config,
+    ))  # fmt: skip
+
+
+def tiny_model_dir(path: str | None = None) -> str:
+    """A 2-layer Qwen3 and the tiny tokenizer saved as a Hugging Face directory at ``path``
+    (a new temporary directory if None)."""
     from fp8rl.world.tokenizer import build_tokenizer
 
     tok = build_tokenizer()
-    torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=max(256, len(tok)), hidden_size=64, intermediate_size=128,
-        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, head_dim=32,
-        max_position_embeddings=256, tie_word_embeddings=False,
-    )  # fmt: skip
     path = path or tempfile.mkdtemp(prefix="verl-cpu-model-")
-    Qwen3ForCausalLM(config).save_pretrained(path)
+    two_layer_qwen3(tok).save_pretrained(path)
     tok.save_pretrained(path)
     return path
 
