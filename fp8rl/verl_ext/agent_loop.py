@@ -63,7 +63,6 @@ __all__ = [
     "SLOT_PARAM",
     "CappedAgentLoop",
     "CopyCounter",
-    "FixedCopy",
     "capped",
     "seeded",
 ]
@@ -100,33 +99,30 @@ class CopyCounter:
         return count % n
 
 
-class FixedCopy(CopyCounter):
-    """The copy number verl gave the request (its V1 agent loop's ``session_id``)."""
-
-    def __init__(self, copy: int) -> None:
-        super().__init__()
-        self.copy = copy
-
-    def next(self, batch: str, slot: int, n: int) -> int:
-        if not 0 <= self.copy < n:
-            raise ValueError(f"session {self.copy} of a prompt sampled {n} times")
-        return self.copy
-
-
 def seeded(
-    sampling_params: dict[str, Any], extra_info: Any, n: int, counter: CopyCounter
+    sampling_params: dict[str, Any],
+    extra_info: Any,
+    n: int,
+    counter: CopyCounter,
+    session: int | None = None,
 ) -> dict[str, Any]:
     """``sampling_params`` with the row's seeded-batch place (the module docstring):
     :data:`BATCH_PARAM` and :data:`SEED_PARAM` the batch's name and seed, :data:`SLOT_PARAM`
     the request's row in the batch (``slot * n + copy``), :data:`SIZE_PARAM` the batch's
-    rows (``rows * n``). Unchanged for a row without a batch."""
+    rows (``rows * n``). The copy is ``session`` (verl V1's ``session_id``) when given, else
+    ``counter``'s. Unchanged for a row without a batch."""
     batch = extra_info.get(BATCH_KEY) if hasattr(extra_info, "get") else None
     if batch is None:
         return sampling_params
     slot, rows = int(extra_info[SLOT_KEY]), int(extra_info[ROWS_KEY])
     if not 0 <= slot < rows or n < 1:
         raise ValueError(f"extra_info {SLOT_KEY}={slot}, {ROWS_KEY}={rows}, n={n}: no place")
-    copy = counter.next(str(batch), slot, n)
+    if session is None:
+        copy = counter.next(str(batch), slot, n)
+    elif 0 <= session < n:
+        copy = session
+    else:
+        raise ValueError(f"session {session} of a prompt sampled {n} times")
     return {
         **sampling_params,
         BATCH_PARAM: str(batch),
@@ -150,6 +146,6 @@ class CappedAgentLoop(SingleTurnAgentLoop):
             split = info.get("split") if hasattr(info, "get") else None
             n = int(rollout.val_kwargs.n if split == "test" else rollout.n)
             session = kwargs.get("session_id")  # verl's V1 loop: the copy's number
-            counter = self.copies if session is None else FixedCopy(int(session))
-            params = seeded(params, info, n, counter)  # before the first await
+            session = None if session is None else int(session)
+            params = seeded(params, info, n, self.copies, session)  # before the first await
         return await super().run(params, **kwargs)

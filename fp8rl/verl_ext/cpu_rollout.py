@@ -141,6 +141,7 @@ class CpuRolloutServer:
         # seeded batches being filled: (batch, seed, size, sampling key) -> slot -> request
         self._seeded: dict[tuple, dict[int, tuple[list[int], asyncio.Future]]] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._watchdogs: dict[tuple, asyncio.Task] = {}  # a filling batch's expiry
         self._flusher: asyncio.Task | None = None
         self._lock = asyncio.Lock()
         logger.info("fp8rl CPU rollout %s: %s", server_name(replica_rank), self.describe())
@@ -219,9 +220,10 @@ class CpuRolloutServer:
             return
         group[place.slot] = (prompt, future)
         if len(group) == 1:
-            self._keep(asyncio.create_task(self._expire(gkey, group)))
+            self._watchdogs[gkey] = asyncio.create_task(self._expire(gkey, group))
         if len(group) == place.size:
             del self._seeded[gkey]
+            self._watchdogs.pop(gkey).cancel()  # complete: nothing left to expire
             self._keep(asyncio.create_task(self._run_seeded(place.seed, key, group)))
 
     def _keep(self, task: asyncio.Task) -> None:
@@ -245,9 +247,7 @@ class CpuRolloutServer:
 
     async def _expire(self, gkey: tuple, group: dict[int, Any]) -> None:
         await asyncio.sleep(SEEDED_WAIT_S)
-        if self._seeded.get(gkey) is not group:
-            return
-        del self._seeded[gkey]
+        del self._seeded[gkey], self._watchdogs[gkey]  # still filling: a complete one cancels
         batch, _, size, _ = gkey
         err = RuntimeError(
             f"seeded batch {batch}: {len(group)} of its {size} rows arrived within "

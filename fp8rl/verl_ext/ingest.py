@@ -41,6 +41,8 @@ from typing import Any
 from fp8rl.rewards import is_correct_math_verify
 from fp8rl.rl.step_metrics import dump_rows
 from fp8rl.runs import Run, atomic_write_json, atomic_write_text
+from fp8rl.verl_ext.token_dump import DIRECTORY as TOKEN_DUMPS
+from fp8rl.verl_ext.token_dump import dump_steps
 
 __all__ = [
     "ATTEMPTS_FILE",
@@ -263,17 +265,12 @@ class Ingestor:
         (``fp8rl.verl_ext.token_dump``: the tiny backend's format, tokens included) where it
         wrote one, else verl's rollout dump turned into a response-level record
         (:func:`sample_dump`)."""
-        token_dir = self.verl_dir / "token_dumps"
         rollout = {}
         if self.rollout_dumps is not None and self.rollout_dumps.is_dir():
             rollout = {
                 int(p.stem): p for p in self.rollout_dumps.glob("*.jsonl") if p.stem.isdigit()
             }
-        tokens = {}
-        if token_dir.is_dir():
-            tokens = {
-                int(p.stem[5:]): p for p in token_dir.glob("step_*.json") if p.stem[5:].isdigit()
-            }
+        tokens = dump_steps(self.verl_dir / TOKEN_DUMPS)
         done = set(steps) if final else set(steps[:-1])  # the newest may still be written
         for step in sorted(set(rollout) | set(tokens)):
             if step not in done or step in self._dumped:

@@ -33,7 +33,7 @@ from fp8rl.runs import atomic_write_text
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ENV_VAR", "DumpSpec", "TokenDump", "dump_path"]
+__all__ = ["DIRECTORY", "ENV_VAR", "DumpSpec", "TokenDump", "dump_path", "dump_steps"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +65,21 @@ class DumpSpec:
         return step is not None and self.every > 0 and step % self.every == 0
 
 
+#: The token dumps' folder in a run's ``verl/`` directory (``RunFiles.token_dumps``).
+DIRECTORY = "token_dumps"
+
+
 def dump_path(directory: str | Path, step: int) -> Path:
     return Path(directory) / f"step_{step:08d}.json"
+
+
+def dump_steps(directory: str | Path) -> dict[int, Path]:
+    """The token dumps in ``directory`` by step (none if it does not exist)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return {}
+    found = {int(p.stem[5:]): p for p in directory.glob("step_*.json") if p.stem[5:].isdigit()}
+    return {step: path for step, path in found.items() if path == dump_path(directory, step)}
 
 
 def _rows_of(nested: Any) -> list[torch.Tensor]:

@@ -66,6 +66,7 @@ from fp8rl.verl_ext.presets import (
 )
 from fp8rl.verl_ext.rollout_quant import VllmRolloutFormat
 from fp8rl.verl_ext.settings import DEFAULT_BLOCK_SIZE, prompt_length
+from fp8rl.verl_ext.token_dump import DIRECTORY as DUMP_DIRECTORY
 from fp8rl.verl_ext.token_dump import ENV_VAR as DUMP_ENV_VAR
 from fp8rl.verl_ext.token_dump import DumpSpec
 from fp8rl.verl_ext.trainer_plugin import ENV_VAR as TRAINER_ENV_VAR
@@ -128,7 +129,7 @@ class RunFiles:
     @property
     def token_dumps(self) -> Path:
         """fp8rl's actor's token dumps (``fp8rl.verl_ext.token_dump``)."""
-        return self.verl_dir / "token_dumps"
+        return self.verl_dir / DUMP_DIRECTORY
 
     @property
     def validation_dumps(self) -> Path:

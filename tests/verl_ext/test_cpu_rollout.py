@@ -177,3 +177,7 @@ def test_the_agent_loop_numbers_each_prompts_copies_in_the_order_verl_starts_the
     assert al.seeded({"top_p": 1.0}, {"index": 3}, 3, counter) == {"top_p": 1.0}
     with pytest.raises(ValueError, match="no place"):
         al.seeded({}, {**info, al.SLOT_KEY: 2}, 3, counter)
+    # verl V1's session_id is the copy itself (the counter is not consulted)
+    assert al.seeded({}, {**info, al.SLOT_KEY: 1}, 3, counter, session=2)[al.SLOT_PARAM] == 5
+    with pytest.raises(ValueError, match="session 3 of a prompt sampled 3 times"):
+        al.seeded({}, {**info, al.SLOT_KEY: 1}, 3, counter, session=3)
