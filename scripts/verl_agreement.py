@@ -7,6 +7,8 @@ noise floor of each recipe and writes the report (markdown).
     python scripts/verl_agreement.py --arms bf16 --out -   # one arm, to stdout
 
 A finished run is not run again (the run store skips it): delete ``--runs-dir`` to redo.
+Each run's compact results (config, status, metrics, the step-1 token dump; no checkpoints)
+go to ``--results`` (``results/verl_agreement/<arm>/<side>/test/<run id>``).
 About 3-4 minutes per arm on 2 cores (the verl run).
 """
 
@@ -56,10 +58,17 @@ def main() -> None:
     ap.add_argument("--arms", nargs="+", choices=sorted(ARMS), default=list(ARMS))
     ap.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "agreement")
     ap.add_argument("--out", default=str(ROOT / "docs" / "verl_agreement.md"))
+    ap.add_argument(
+        "--results",
+        type=Path,
+        default=ROOT / "results" / "verl_agreement",
+        help="where each run's compact results go (fp8rl.analysis.export; in git)",
+    )
     args = ap.parse_args()
 
     import yaml
 
+    from fp8rl.analysis.export import export_experiment
     from fp8rl.verl_ext.agreement import compare_runs, failures, layout_noise_floor
 
     lines = [
@@ -79,6 +88,8 @@ def main() -> None:
         tiny, t_tiny = run(base / "tiny", *overrides)
         control, _ = run(base / "control", *overrides, *CONTROL)
         verl, t_verl = run(base / "verl", *overrides, *VERL)
+        for side in ("tiny", "control", "verl"):  # the record of what the report read
+            export_experiment(base / side, "test", args.results / arm / side)
         checks = compare_runs(tiny, verl)
         control_failed = [c.name for c in failures(compare_runs(control, verl))]
         config = yaml.safe_load((tiny / "config.yaml").read_text())
