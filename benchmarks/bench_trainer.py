@@ -62,7 +62,6 @@ from typing import Any
 import yaml
 
 from fp8rl.config import RunConfig, override
-from fp8rl.numerics.settings import NATIVE_BF16_FLAGS, native_bf16_available
 
 PHASES = ("gen", "old_log_prob", "update_actor", "calibration", "sync", "step")
 #: The table's phase columns, in order.
@@ -493,7 +492,11 @@ def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str:
 def native_refusal(cpuinfo: str = "/proc/cpuinfo") -> str | None:
     """Why ``--native`` cannot run fast here (one line), or None on a CPU with native BF16
     GEMMs. Without them a BF16 matmul is ~100x FP32's: the benchmark ran for minutes
-    before failing (an AMD EPYC without ``avx512_bf16``)."""
+    before failing (an AMD EPYC without ``avx512_bf16``). (Imported here, not at the top:
+    with ``--against`` this script's workers run an older tree's fp8rl, which may not
+    have the torch-free settings module.)"""
+    from fp8rl.numerics.settings import NATIVE_BF16_FLAGS, native_bf16_available
+
     if native_bf16_available(cpuinfo):
         return None
     return (

@@ -306,6 +306,9 @@ class TrainSettings:
         ``samples/`` (``fp8rl.rl.step_metrics.dump_rows``; the token viewer reads them).
     shadow_every: BF16 shadow forwards every this many steps (0 = only on calibration
         steps), logging what BF16 and the training precision clip (``fp8rl/shadow/*``).
+    packing: the training forwards (old log-probs, updates, shadows) on packed rows
+        without padding (``fp8rl.tiny.packing``; verl's ``use_remove_padding``); false:
+        the padded layout of ``RESULTS_VERSION`` 5 and earlier, kept for comparison.
     """
 
     lr: float = num(1e-5, gt=0.0, le=1.0)  # RL fine-tuning: 1e-6; Adam at lr 1 diverges
@@ -322,6 +325,7 @@ class TrainSettings:
     dump_samples_every: int = num(0, ge=0, le=MAX_STEPS)
     dump_samples: int = num(4, ge=1, le=MAX_BATCH)
     shadow_every: int = num(0, ge=0, le=MAX_STEPS)
+    packing: bool = True
 
     def __post_init__(self) -> None:
         check_fields(self, "train")

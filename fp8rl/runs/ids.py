@@ -21,7 +21,7 @@ from typing import Any
 # Bump when a code change alters results (a bug fix in a loss, a new default that
 # is not in the config). Finished runs of an older version are then reported as
 # stale, and re-run only when asked.
-RESULTS_VERSION: int = 5
+RESULTS_VERSION: int = 6
 # 2: the run config is the nested RunConfig (fp8rl.config; the Hydra tree's keys), not the
 #    flat TrainConfig: every run id changed, and a version-1 run is not found under the
 #    new ids (it is neither reused nor reported stale: its config has another shape).
@@ -40,6 +40,10 @@ RESULTS_VERSION: int = 5
 #    numerics (FP32, BF16 emulated; fsdp_config.fp8rl_emulate) instead of verl's BF16
 #    autocast, and a tiny model's blocks the tiny backend's (granularity.block_size null ->
 #    4 for tiny-test, not 128). Tiny-backend numbers are unchanged.
+# 6: issue 32. The tiny trainer's training forwards (old log-probs, updates, BF16 shadows)
+#    run on packed rows without padding (fp8rl.tiny.packing; new key train.packing, false =
+#    the padded layout of version 5): FP32/BF16 numbers move by summation order, FP8 ones
+#    also because scales no longer see padding tokens.
 
 RUN_ID_LENGTH = 16
 

@@ -17,12 +17,13 @@ import torch
 from fp8rl.config import RunConfig
 from fp8rl.rewards import reward
 from fp8rl.rl import overlong_penalty
-from fp8rl.sampling.sampler import Sampler, response_inputs
+from fp8rl.sampling.sampler import Sampler, response_inputs, response_log_probs
+from fp8rl.tiny.packing import PackedRows, pack_rows, packed_log_probs
 from fp8rl.world.evaluate import repeat_4gram_frac
 from fp8rl.world.tasks import Problem, training_mix
 from fp8rl.world.tokenizer import EOS_ID, PAD_ID
 
-__all__ = ["Response", "StepBatch", "pad", "repeat_4gram_frac", "sample_responses"]
+__all__ = ["Response", "Rows", "StepBatch", "pad", "repeat_4gram_frac", "sample_responses"]
 
 
 @dataclass
@@ -68,6 +69,11 @@ class StepBatch:
             temperature,
         )
 
+    def rows(self, idx: torch.Tensor | slice, temperature: float, packed: bool) -> Rows:
+        """Rows ``idx`` for the training forwards: packed without padding
+        (:mod:`fp8rl.tiny.packing`) or in the batch's padded layout."""
+        return Rows(self.forward_args(idx, temperature), packed)
+
     @property
     def scores(self) -> torch.Tensor:
         return torch.tensor([r.score for r in self.responses])
@@ -82,6 +88,26 @@ class StepBatch:
         out = torch.zeros(B, self.tokens.shape[1])
         out[torch.arange(B), (lengths - 1).clamp(min=0)] = self.scores
         return out
+
+
+class Rows:
+    """Some rows of a :class:`StepBatch` laid out for the training forwards: ``log_probs``
+    is ``response_log_probs`` on them, packed (the layout built once, on first use) or
+    padded."""
+
+    def __init__(self, args: tuple, packed: bool) -> None:
+        self.args, self.packed = args, packed
+        self._pack: PackedRows | None = None
+
+    def log_probs(self, model: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(log_prob, entropy)`` of the rows' response tokens, each ``(rows, T)``."""
+        if not self.packed:
+            return response_log_probs(model, *self.args)
+        if self._pack is None:
+            input_ids, attn, position_ids, width, tokens, _ = self.args
+            mask = attn[:, width:].bool()
+            self._pack = pack_rows(input_ids, attn, position_ids, width, tokens, mask)
+        return packed_log_probs(model, self._pack, self.args[-1])
 
 
 def pad(

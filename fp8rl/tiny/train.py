@@ -102,6 +102,7 @@ from fp8rl.runs import (
 from fp8rl.sampling.sampler import Sampler, response_log_probs
 from fp8rl.tiny.batch import (
     Response,
+    Rows,
     StepBatch,
     pad,
     pad_responses,
@@ -303,19 +304,19 @@ class Shadow:
         self.old_bf16, self.new_bf16, self.new_fp8 = (torch.zeros(shape) for _ in range(3))
         self.mask = torch.zeros_like(batch.mask)
 
-    def _bf16(self, args: tuple) -> torch.Tensor:
+    def _bf16(self, rows: Rows) -> torch.Tensor:
         with self.timer("shadow"), torch.no_grad(), high_precision(self.model):
-            return response_log_probs(self.model, *args)[0]
+            return rows.log_probs(self.model)[0]
 
-    def before_update(self, idx: torch.Tensor, args: tuple) -> None:
+    def before_update(self, idx: torch.Tensor, rows: Rows) -> None:
         if self.active:
-            self.old_bf16[idx] = self._bf16(args)
+            self.old_bf16[idx] = self._bf16(rows)
 
     def at_last_visit(
-        self, idx: torch.Tensor, args: tuple, log_prob: torch.Tensor, mask: torch.Tensor
+        self, idx: torch.Tensor, rows: Rows, log_prob: torch.Tensor, mask: torch.Tensor
     ) -> None:
         if self.active:
-            self.new_bf16[idx] = self._bf16(args)
+            self.new_bf16[idx] = self._bf16(rows)
             self.new_fp8[idx] = log_prob.detach()
             self.mask[idx] = mask.bool()
 
@@ -337,16 +338,16 @@ def old_log_probs(
     shape = batch.tokens.shape
     out = OldLogProbs(torch.zeros(shape), torch.zeros(shape), torch.zeros(shape), {})
     for j, idx in enumerate(minibatches):
-        args = batch.forward_args(idx, tr.cfg.rollout.temperature)
+        rows = batch.rows(idx, tr.cfg.rollout.temperature, tr.cfg.train.packing)
         last = j == len(minibatches) - 1  # input-cast stats cost a forward's worth: once
         stats = record_activation_stats(tr.model) if last else contextlib.nullcontext({})
         with stats as recorded:
-            out.trainer[idx], out.entropy[idx] = response_log_probs(tr.model, *args)
+            out.trainer[idx], out.entropy[idx] = rows.log_probs(tr.model)
         if last:
             out.activation_stats = recorded
         if tr.ref_model is not None:
-            out.ref[idx] = response_log_probs(tr.ref_model, *args)[0]
-        shadow.before_update(idx, args)
+            out.ref[idx] = rows.log_probs(tr.ref_model)[0]
+        shadow.before_update(idx, rows)
     return out
 
 
@@ -390,8 +391,8 @@ def update(
     metrics = []
     for epoch in range(cfg.train.ppo_epochs):
         for j, idx in enumerate(minibatches):
-            args = batch.forward_args(idx, cfg.rollout.temperature)
-            log_prob, _ = response_log_probs(tr.model, *args)
+            rows = batch.rows(idx, cfg.rollout.temperature, cfg.train.packing)
+            log_prob, _ = rows.log_probs(tr.model)
             w = None if tis_weights is None else tis_weights[idx]
             loss, m = loss_fn(old_lp[idx], log_prob, adv[idx], loss_mask[idx], agg, actor, w)
             m["actor/pg_loss"] = float(loss.detach())
@@ -406,7 +407,7 @@ def update(
             last_log_ratio[idx] = log_prob.detach() - old_lp[idx]
             last_mask[idx] = loss_mask[idx].bool() & (after_update or bypass)
             if epoch == cfg.train.ppo_epochs - 1 and (after_update or bypass):
-                shadow.at_last_visit(idx, args, log_prob, loss_mask[idx])
+                shadow.at_last_visit(idx, rows, log_prob, loss_mask[idx])
             m["actor/grad_norm"] = _optimizer_step(tr, loss, step)
             metrics.append(m)
     return UpdateResult(metrics, last_log_ratio, last_mask, minibatch)

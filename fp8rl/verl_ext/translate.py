@@ -397,7 +397,7 @@ def _model(o: _Overrides, cfg: RunConfig, cluster: ClusterConfig, files: RunFile
     else:
         get_model(cfg.model.preset)  # a known model (settings.validate)
         o.set("actor_rollout_ref.model.path", cluster.model_path or cfg.model.preset)
-    o.set("actor_rollout_ref.model.use_remove_padding", True)
+    o.set("actor_rollout_ref.model.use_remove_padding", cfg.train.packing)
     o.set("actor_rollout_ref.model.enable_gradient_checkpointing", True)
 
 
