@@ -45,7 +45,7 @@ from typing import Any
 import pandas as pd
 
 from fp8rl.analysis.arms import DEFAULT_ROLLOUT, arm_of
-from fp8rl.analysis.load import as_store
+from fp8rl.analysis.load import as_store, runs_frame
 from fp8rl.numerics.registry import RECIPES
 from fp8rl.rewards import extract_boxed, is_garbled, is_well_formed, repeat_4gram_frac
 from fp8rl.runs import CorruptLogError, RunStore, atomic_write_text, read_step_log
@@ -68,6 +68,7 @@ __all__ = [
     "response_view",
     "run_page",
     "run_view",
+    "write_run_viewer",
     "write_viewers",
 ]
 
@@ -587,4 +588,32 @@ def write_viewers(
     for stale in out.glob("*.html") if out.is_dir() else []:
         if stale not in written:
             stale.unlink()
+    return links
+
+
+def write_run_viewer(run_dir: Path | str, out_dir: Path | str) -> list[ViewerLink]:
+    """The pages of one run, without the rest of the report: ``<out_dir>/<run_id>.html``,
+    and each of :func:`comparison_runs` of its experiment that holds the run (plain FP8
+    against its BF16 twin, against FP8 + CC) when the other run dumped samples too.
+    ``run_dir`` is ``<store>/<experiment>/<run_id>``. Returns the pages, the run's first;
+    raises FileNotFoundError when the run has no sample dumps."""
+    run_dir = Path(run_dir)
+    store, experiment, run_id = RunStore(run_dir.parent.parent), run_dir.parent.name, run_dir.name
+    if not read_dumps(store.run_path(experiment, run_id)):
+        raise FileNotFoundError(
+            f"{run_dir}: no sample dumps in samples/ (run with train.dump_samples_every > 0)"
+        )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{run_id}.html"
+    atomic_write_text(path, run_page(store, experiment, run_id))
+    config = store.run_info(experiment, run_id).config
+    links = [ViewerLink(f"{arm_of(config)}, seed {config.get('seed')} ({run_id})", path)]
+    for pair in comparison_runs(runs_frame(store, experiment)):
+        other = {pair.left: pair.right, pair.right: pair.left}.get(run_id)
+        if other is None or not read_dumps(store.run_path(experiment, other)):
+            continue
+        path = out / pair.file_name
+        atomic_write_text(path, compare_page(store, experiment, pair.left, pair.right))
+        links.append(ViewerLink(pair.label, path))
     return links

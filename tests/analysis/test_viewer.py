@@ -222,6 +222,27 @@ def test_comparisons_pair_plain_fp8_with_its_bf16_twin_and_with_cc_of_one_seed(t
     assert data["colour"] == "clip"  # nothing on the page to colour by the mechanism
 
 
+def test_show_run_writes_one_runs_page_and_its_comparisons_without_the_report(tmp_path, capsys):
+    store = RunStore(tmp_path / "runs")
+    fp8 = _add_dumped_run(store, "Blockwise FP8", 0, [_shadow_dump(1)])
+    twin = _add_dumped_run(store, "BF16", 0, [_shadow_dump(1)])
+    _add_dumped_run(store, "Blockwise FP8 + CC", 0, [])  # no dumps: no page with it
+    _add_dumped_run(store, "Rowwise FP8", 0, [_shadow_dump(1)])  # another run: not written
+    spec = importlib.util.spec_from_file_location("show_run", REPO / "scripts" / "show_run.py")
+    show_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(show_run)
+    out = tmp_path / "pages"
+    assert show_run.main([str(store.run_dir("t", fp8)), "--viewer", "--out", str(out)]) == 0
+    names = {p.name for p in out.iterdir()}
+    assert names == {f"{fp8}.html", "compare_blockwise_vs_bf16_seed0.html"}
+    printed = capsys.readouterr().out
+    assert f"Run t/{fp8}" in printed and (out / f"{fp8}.html").resolve().as_uri() in printed
+    assert f'"run_id":"{twin}"' in (out / "compare_blockwise_vs_bf16_seed0.html").read_text()
+    bare = _add_dumped_run(store, "Tensorwise FP8", 0, [])
+    assert show_run.main([str(store.run_dir("t", bare)), "--viewer", "--out", str(out)]) == 2
+    assert "no sample dumps" in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------------------------
 # The pages in a real browser
 
