@@ -65,8 +65,9 @@ TEST_RUNS = (
     "train.dump_samples_every=1",
     "train.dump_samples=8",
 )
-#: The docs' view: A < 0, garbled answers, most tokens clipped at the lower bound first.
-DOC_VIEW = "#adv=neg&answer=garbled&sort=clip_low&dir=desc"
+#: The docs' view: coloured by clip side, A < 0, garbled answers, most tokens clipped at the
+#: lower bound first.
+DOC_VIEW = "#colour=clip&adv=neg&answer=garbled&sort=clip_low&dir=desc"
 
 
 def chromium_paths() -> tuple[str, str] | None:
