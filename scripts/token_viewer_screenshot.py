@@ -37,11 +37,11 @@ sys.path.insert(0, str(REPO))
 from fp8rl.analysis.load import runs_frame  # noqa: E402
 from fp8rl.analysis.viewer import write_viewers  # noqa: E402
 
-#: Headless, as root, on a machine without network: no sandbox (root), no GPU, /tmp instead
-#: of a small /dev/shm, and nothing that phones home (every host name resolves to nothing).
+#: Headless on a machine without network: no GPU, /tmp instead of a small /dev/shm, and
+#: nothing that phones home (every host name resolves to nothing). As root also
+#: ``--no-sandbox`` (:func:`chromium_flags`): Chromium refuses to start as root otherwise.
 CHROMIUM_FLAGS = (
     "--headless=new",
-    "--no-sandbox",
     "--disable-gpu",
     "--disable-dev-shm-usage",
     "--no-first-run",
@@ -65,8 +65,9 @@ TEST_RUNS = (
     "train.dump_samples_every=1",
     "train.dump_samples=8",
 )
-#: The docs' view: A < 0, garbled answers, most tokens clipped at the lower bound first.
-DOC_VIEW = "#adv=neg&answer=garbled&sort=clip_low&dir=desc"
+#: The docs' view: coloured by clip side, A < 0, garbled answers, most tokens clipped at the
+#: lower bound first.
+DOC_VIEW = "#colour=clip&adv=neg&answer=garbled&sort=clip_low&dir=desc"
 
 
 def chromium_paths() -> tuple[str, str] | None:
@@ -76,15 +77,23 @@ def chromium_paths() -> tuple[str, str] | None:
     return (browser, driver) if browser and driver else None
 
 
+def chromium_flags(root: bool | None = None) -> tuple[str, ...]:
+    """:data:`CHROMIUM_FLAGS`, and ``--no-sandbox`` when running as root (``root``: None =
+    this process's effective user id is 0); other users keep Chromium's sandbox."""
+    if root is None:
+        root = hasattr(os, "geteuid") and os.geteuid() == 0
+    return (*CHROMIUM_FLAGS, "--no-sandbox") if root else CHROMIUM_FLAGS
+
+
 def start_chromium(width: int = 1400, height: int = 1000) -> webdriver.Chrome:
-    """Headless Chromium with :data:`CHROMIUM_FLAGS`, recording the console (read it with
+    """Headless Chromium with :func:`chromium_flags`, recording the console (read it with
     ``driver.get_log("browser")``). Raises RuntimeError when the browser is missing."""
     paths = chromium_paths()
     if paths is None:
         raise RuntimeError(f"no chromium or chromedriver on PATH: {HOW_TO_INSTALL}")
     options = Options()
     options.binary_location = paths[0]
-    for flag in (*CHROMIUM_FLAGS, f"--window-size={width},{height}"):
+    for flag in (*chromium_flags(), f"--window-size={width},{height}"):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     os.environ.setdefault("SE_OFFLINE", "true")  # never let Selenium Manager download

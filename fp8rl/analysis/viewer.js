@@ -10,10 +10,20 @@ const NA = "n/a";
 const LOW = [213, 94, 0];
 const HIGH = [0, 114, 178];
 const SEQ = [90, 40, 150];
+// Okabe-Ito reddish purple (FP8 only), bluish green (BF16 shadow only), yellow (both)
+const FP8_ONLY = [204, 121, 167];
+const BF16_ONLY = [0, 158, 115];
+const BOTH = [240, 228, 66];
+// the categories of a category quantity: value -> [colour, white text?]
+const CATEGORIES = {
+  clip: { 1: [LOW, true], 2: [HIGH, true] },
+  mech: { 1: [FP8_ONLY, false], 2: [BF16_ONLY, true], 3: [BOTH, false] },
+};
+const NO_SHADOW = "no shadow data";
 const QUANT = Object.fromEntries(D.quantities.map((q) => [q.key, q]));
 
 const state = {
-  colour: "clip", step: "all", adv: "all", reward: "all", answer: "all",
+  colour: D.colour, step: "all", adv: "all", reward: "all", answer: "all",
   clipped: false, sort: null, dir: "desc",
 };
 for (const part of location.hash.replace(/^#/, "").split("&")) {
@@ -50,7 +60,8 @@ function mix(rgb, a) {
 function paint(q, v) {
   if (v === null || v === undefined) return ["#e6e6e6", false];
   if (q.kind === "category") {
-    return v === 1 ? [mix(LOW, 1), true] : v === 2 ? [mix(HIGH, 1), true] : ["transparent", false];
+    const c = CATEGORIES[q.key][v];
+    return c ? [mix(c[0], 1), c[1]] : ["transparent", false];
   }
   const hi = q.hi || 1;
   if (q.kind === "sequential") {
@@ -75,8 +86,18 @@ function header() {
     head.append(el("p", { text: `${side}run ${run.run_id} of experiment ${run.experiment}` }));
     const steps = Object.entries(run.steps).map(([s, info]) =>
       `step ${s}: L = ${fmt(info.clip_low)}, H = ${fmt(info.clip_high)}` +
-      ` (${info.responses} responses, format ${info.format})`);
+      ` (${info.responses} responses, format ${info.format}; ` +
+      (info.shadow ? `clipped FP8 only ${info.fp8_only}, BF16 only ${info.bf16_only})` : `${NO_SHADOW})`));
     head.append(el("p", { text: steps.join("; ") || "no sample dumps" }));
+    const bare = Object.entries(run.steps).filter(([, info]) => !info.shadow).map(([s]) => s);
+    if (bare.length) {
+      head.append(el("p", {
+        class: "note",
+        text: `Steps ${bare.join(", ")}: ${NO_SHADOW} (dumped before the trainer recorded the ` +
+          "BF16 shadow's log-probs, or by a backend that does not); the FP8-vs-BF16 " +
+          "columns and colours read n/a there, not 0.",
+      }));
+    }
     const old = Object.entries(run.steps).filter(([, info]) => info.format < 2).map(([s]) => s);
     if (old.length) {
       head.append(el("p", {
@@ -124,11 +145,16 @@ function legend() {
   const q = QUANT[state.colour];
   box.append(el("b", { text: q.label }), el("span", { text: `: ${q.help}.` }));
   if (q.kind === "category") {
-    const low = el("span", { class: "chip", text: "lower bound (A < 0, r < L)" });
-    low.style.background = mix(LOW, 1); low.style.color = "#fff";
-    const high = el("span", { class: "chip", text: "upper bound (A > 0, r > H)" });
-    high.style.background = mix(HIGH, 1); high.style.color = "#fff";
-    box.append(low, high);
+    const names = q.key === "mech"
+      ? { 1: "clipped under FP8 only", 2: "under the BF16 shadow only", 3: "under both" }
+      : { 1: "lower bound (A < 0, r < L)", 2: "upper bound (A > 0, r > H)" };
+    for (const [v, text] of Object.entries(names)) {
+      const chip = el("span", { class: "chip", text });
+      const [bg, white] = paint(q, +v);
+      chip.style.background = bg; chip.style.color = white ? "#fff" : "#000";
+      box.append(chip);
+    }
+    if (q.key === "mech") box.append(el("span", { text: `(same bounds L, H; grey: ${NO_SHADOW})` }));
   } else {
     const bar = el("span", { class: "bar" });
     const stops = q.kind === "sequential" ? [0, 0.5, 1] : [-1, -0.5, 0, 0.5, 1];
@@ -165,6 +191,8 @@ function badges(s) {
   if (s.clip_low) add(`${s.clip_low} clipped low`, "low");
   if (s.clip_high) add(`${s.clip_high} clipped high`, "high");
   add(`clipped share ${fmt(s.clipped)}`);
+  if (!s.shadow) add(NO_SHADOW);
+  else add(`FP8 only ${s.fp8_only} \u00b7 BF16 only ${s.bf16_only}`, s.fp8_only ? "fp8" : "");
   return out;
 }
 
@@ -212,7 +240,16 @@ function shown(resp) {
 function inspect(span) {
   const r = +span.dataset.r, i = +span.dataset.i, j = +span.dataset.j;
   const run = D.runs[r], resp = run.responses[i], step = run.steps[String(resp.step)] || {};
-  const clip = ["no", "lower bound (gradient zeroed)", "upper bound (gradient zeroed)"][resp.clip[j]];
+  const sides = ["no", "lower bound (gradient zeroed)", "upper bound (gradient zeroed)"];
+  const clip = sides[resp.clip[j]];
+  const shadow = resp.sclip[j] === null
+    ? [["BF16 shadow", NO_SHADOW]]
+    : [
+      ["FP8 vs BF16 shadow", D.mechanism[resp.mech[j]]],
+      ["BF16 shadow r_bf16", fmt(resp.sr[j])],
+      ["BF16 shadow clipped", sides[resp.sclip[j]].replace(" (gradient zeroed)", "")],
+      ["BF16 shadow log-prob old / new", `${fmt(resp.solp[j])} / ${fmt(resp.slp[j])}`],
+    ];
   const rows = [
     ["token", JSON.stringify(resp.t[j]) + ` (#${j + 1} of ${resp.t.length})`],
     ["run", `${run.label}`],
@@ -221,6 +258,7 @@ function inspect(span) {
     ["r = pi_new / pi_old", fmt(resp.r[j])],
     ["log r", fmt(resp.lr[j])],
     ["bounds [L, H]", `[${fmt(step.clip_low)}, ${fmt(step.clip_high)}]`],
+    ...shadow,
     ["advantage", fmt(resp.summary.adv)],
     ["raw IS ratio pi_old / pi_rollout", fmt(resp.is[j])],
     ["TIS weight min(ratio, C)", `${fmt(resp.w[j])} (C = ${fmt(step.tis_threshold)})`],
@@ -258,7 +296,10 @@ function summaryTable(entries, columns, onSort) {
       const v = entry.values[key];
       const bad = (key === "garbled" && v === true) || (key === "boxed" && v === false) ||
         (key === "clip_low" && v > 0);
-      tr.append(el("td", { class: (typeof v === "string" ? "text" : "") + (bad ? " bad" : ""), text: fmt(v) }));
+      const cell = el("td", { class: (typeof v === "string" ? "text" : "") + (bad ? " bad" : ""), text: fmt(v) });
+      if (typeof v === "string") cell.title = v;  // the whole question, where it is cut
+      if (v === null && /(fp8|bf16)_only$/.test(key)) cell.title = NO_SHADOW;
+      tr.append(cell);
     }
     tr.addEventListener("click", () => {
       const target = $(entry.id);

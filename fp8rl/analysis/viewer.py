@@ -4,19 +4,27 @@ A run with ``train.dump_samples_every > 0`` writes ``samples/step_<8 digits>.jso
 (:func:`fp8rl.tiny.train.dump_samples`; the format's fields: ``docs/analysis.md``, "Token
 viewer"). This module turns those dumps into one self-contained HTML file per run
 (:func:`run_page`) and one per pair of runs (:func:`compare_page`: two runs side by side
-at the same step and prompt). Everything a page shows is computed here, in Python; the
+at the same step and prompt; the report pairs plain FP8 with its BF16 twin and with FP8 +
+CC, :func:`comparison_runs`). Everything a page shows is computed here, in Python; the
 page's inline script (``viewer.js``) only displays: it colours tokens by a chosen
 quantity, shows a token's numbers on hover, filters, sorts and pairs.
 
 Per response, the **summary strip**: length, reward, boxed answer present, well formed,
 garbled (:func:`fp8rl.rewards.is_garbled`), character 4-gram repetition, advantage, tokens
-clipped at the lower / upper bound and their share, mean entropy, largest ``|log r|``.
+clipped at the lower / upper bound and their share, tokens clipped under FP8 but not under
+the BF16 shadow and the reverse, mean entropy, largest ``|log r|``.
 
 Per token, the **quantities** (:data:`QUANTITIES`): ``clip`` (0 none, 1 lower bound:
 ``A < 0`` and ``r < L``, 2 upper bound: ``A > 0`` and ``r > H``; the gradient is zeroed),
 ``lr`` = ``log r`` (new vs old at the row's last PPO visit), ``tr`` = trainer minus
 rollout log-prob (the log of the raw importance ratio before TIS truncation), ``ent``
-(entropy) and ``adv`` (advantage). Older dumps (format 1) lack the raw ratio, the bounds
+(entropy), ``adv`` (advantage), ``slr`` = the BF16 shadow's ``log r`` (its new vs old
+log-prob of the same token, same weights) and ``mech``, the paper's mechanism token by
+token: 1 clipped under FP8 but not under the BF16 shadow at the same bounds, 2 the
+reverse, 3 both, 0 neither. Dumps without the shadow's fields (written before the trainer
+recorded them, or by a backend that does not) have no shadow data: its quantities are
+``null`` (``n/a`` on the page, which says "no shadow data"), never 0. Older dumps (format
+1) lack the raw ratio, the bounds
 and the clip side: the side follows from the advantage's sign, the bounds from
 ``fp8rl/clip_low``/``fp8rl/clip_high`` in ``metrics.jsonl``, ``tr`` from the old log-prob
 when pi_old was the trainer's; what cannot be recovered is ``null``, shown as ``n/a``.
@@ -37,7 +45,7 @@ from typing import Any
 import pandas as pd
 
 from fp8rl.analysis.arms import DEFAULT_ROLLOUT, arm_of
-from fp8rl.analysis.load import as_store
+from fp8rl.analysis.load import as_store, runs_frame
 from fp8rl.numerics.registry import RECIPES
 from fp8rl.rewards import extract_boxed, is_garbled, is_well_formed, repeat_4gram_frac
 from fp8rl.runs import CorruptLogError, RunStore, atomic_write_text, read_step_log
@@ -45,6 +53,8 @@ from fp8rl.runs import CorruptLogError, RunStore, atomic_write_text, read_step_l
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "AGAINST",
+    "MECHANISM",
     "PAIR_COLUMNS",
     "QUANTITIES",
     "SUMMARY_COLUMNS",
@@ -58,6 +68,7 @@ __all__ = [
     "response_view",
     "run_page",
     "run_view",
+    "write_run_viewer",
     "write_viewers",
 ]
 
@@ -85,7 +96,20 @@ QUANTITIES: tuple[Quantity, ...] = (
         "category",
         "lower: A < 0 and r < L; upper: A > 0 and r > H. PPO zeroed the token's gradient",
     ),
+    Quantity(
+        "mech",
+        "clipped: FP8 vs BF16 shadow",
+        "category",
+        "clipped at the step's bounds under this run's precision (r) and under its BF16 shadow "
+        "(r_bf16: the same tokens and weights in BF16)",
+    ),
     Quantity("lr", "log r (new vs old)", "diverging", "log pi_new - log pi_old at the last visit"),
+    Quantity(
+        "slr",
+        "log r of the BF16 shadow",
+        "diverging",
+        "log pi_bf16(new) - log pi_bf16(old): the ratio BF16 would have clipped",
+    ),
     Quantity(
         "tr",
         "trainer - rollout log-prob",
@@ -95,6 +119,10 @@ QUANTITIES: tuple[Quantity, ...] = (
     Quantity("ent", "entropy", "sequential", "entropy of the trainer's next-token distribution"),
     Quantity("adv", "advantage", "diverging", "the response's GRPO advantage"),
 )
+
+#: ``mech`` values: the token clipped under neither, FP8 (this run's precision) only, the
+#: BF16 shadow only, or both, at the step's bounds.
+MECHANISM = ("neither", "FP8 only", "BF16 shadow only", "both")
 
 #: The summary table's columns: key in a response's ``summary``, heading, what it is.
 SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -110,6 +138,17 @@ SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("clip_low", "clip low", "tokens clipped at the lower bound (A < 0, r < L)"),
     ("clip_high", "clip high", "tokens clipped at the upper bound (A > 0, r > H)"),
     ("clipped", "clipped", "share of the response's tokens clipped at either bound"),
+    (
+        "fp8_only",
+        "FP8 only",
+        "tokens clipped under FP8 that the BF16 shadow keeps inside the "
+        "bounds (n/a: no shadow data)",
+    ),
+    (
+        "bf16_only",
+        "BF16 only",
+        "tokens the BF16 shadow would clip that FP8 keeps inside the bounds (n/a: no shadow data)",
+    ),
     ("entropy", "entropy", "mean token entropy"),
     ("max_abs_lr", "max |log r|", "largest |log r| of the response"),
 )
@@ -175,8 +214,10 @@ def _token_columns(
     tokens: Sequence[Mapping[str, Any]], tis_threshold: float | None, trainer_old: bool
 ) -> dict[str, list[Any]]:
     """The per-token arrays of one response: the colour quantities and the hover numbers."""
-    cols: dict[str, list[Any]] = {k: [] for k in ("t", "clip", "lr", "tr", "ent", "r", "is", "w")}
-    cols.update(rlp=[], olp=[])
+    keys = ("t", "clip", "lr", "tr", "ent", "r", "is", "w", "rlp", "olp")
+    cols: dict[str, list[Any]] = {
+        k: [] for k in (*keys, "mech", "slr", "sr", "sclip", "solp", "slp")
+    }
     for tok in tokens:
         adv, ratio = tok.get("advantage"), tok.get("ratio")
         if "clipped_low" in tok:
@@ -197,7 +238,24 @@ def _token_columns(
         cols["w"].append(_num(weight))
         cols["rlp"].append(_num(tok.get("rollout_log_prob")))
         cols["olp"].append(_num(tok.get("old_log_prob")))
+        _shadow_columns(cols, tok, side)
     return cols
+
+
+def _shadow_columns(cols: dict[str, list[Any]], tok: Mapping[str, Any], side: int) -> None:
+    """The BF16 shadow's per-token values (None without shadow data) and ``mech``."""
+    if "shadow_clipped_low" not in tok:
+        for key in ("mech", "slr", "sr", "sclip", "solp", "slp"):
+            cols[key].append(None)
+        return
+    shadow_side = 1 if tok["shadow_clipped_low"] else 2 if tok.get("shadow_clipped_high") else 0
+    ratio = tok.get("shadow_ratio")
+    cols["mech"].append(int(side > 0) + 2 * int(shadow_side > 0))
+    cols["slr"].append(_num(_log(ratio)))
+    cols["sr"].append(_num(ratio))
+    cols["sclip"].append(shadow_side)
+    cols["solp"].append(_num(tok.get("shadow_old_log_prob")))
+    cols["slp"].append(_num(tok.get("shadow_log_prob")))
 
 
 def _summary(sample: Mapping[str, Any], step: int, cols: Mapping[str, list[Any]]) -> dict:
@@ -206,6 +264,7 @@ def _summary(sample: Mapping[str, Any], step: int, cols: Mapping[str, list[Any]]
     tokens = sample.get("tokens", [])
     n = len(tokens)
     low, high = cols["clip"].count(1), cols["clip"].count(2)
+    shadow = n > 0 and None not in cols["mech"]
     entropies = [v for v in cols["ent"] if v is not None]
     log_ratios = [abs(v) for v in cols["lr"] if v is not None]
     return {
@@ -224,6 +283,9 @@ def _summary(sample: Mapping[str, Any], step: int, cols: Mapping[str, list[Any]]
         "clip_low": low,
         "clip_high": high,
         "clipped": _num((low + high) / n) if n else None,
+        "shadow": shadow,
+        "fp8_only": cols["mech"].count(1) if shadow else None,
+        "bf16_only": cols["mech"].count(2) if shadow else None,
         "entropy": _num(sum(entropies) / len(entropies)) if entropies else None,
         "max_abs_lr": _num(max(log_ratios)) if log_ratios else None,
         "finished": sample.get("finished"),
@@ -262,8 +324,9 @@ def _logged_bounds(run_dir: Path, steps: Iterable[int]) -> dict[int, tuple[Any, 
 
 
 def run_view(run_dir: Path, config: Mapping[str, Any], run_id: str, experiment: str) -> dict:
-    """A run's dumps as the page's data: the run's label and steps, each step's bounds
-    and dump format, and its responses in dump order (step, then batch row)."""
+    """A run's dumps as the page's data: the run's label and steps, each step's bounds,
+    dump format and FP8-only / BF16-only clip counts (None: no shadow data), and its
+    responses in dump order (step, then batch row)."""
     dumps = read_dumps(run_dir)
     logged = _logged_bounds(run_dir, [d.step for d in dumps if d.clip_low is None])
     train = config.get("train") or {}
@@ -273,6 +336,9 @@ def run_view(run_dir: Path, config: Mapping[str, Any], run_id: str, experiment: 
         low, high = (dump.clip_low, dump.clip_high)
         if low is None:
             low, high = logged.get(dump.step, (None, None))
+        views = [response_view(s, dump, trainer_old=trainer_old) for s in dump.samples]
+        summaries = [v["summary"] for v in views if v["summary"]["length"]]
+        shadow = bool(summaries) and all(s["shadow"] for s in summaries)
         steps[str(dump.step)] = {
             "format": dump.format,
             "clip_low": _num(low),
@@ -280,8 +346,11 @@ def run_view(run_dir: Path, config: Mapping[str, Any], run_id: str, experiment: 
             "loss": dump.loss,
             "tis_threshold": dump.tis_threshold,
             "responses": len(dump.samples),
+            "shadow": shadow,
+            "fp8_only": sum(s["fp8_only"] for s in summaries) if shadow else None,
+            "bf16_only": sum(s["bf16_only"] for s in summaries) if shadow else None,
         }
-        responses += [response_view(s, dump, trainer_old=trainer_old) for s in dump.samples]
+        responses += views
     arm, seed = arm_of(config), config.get("seed")
     return {
         "run_id": run_id,
@@ -332,12 +401,17 @@ def _render(data: Mapping[str, Any]) -> str:
 
 
 def _page_data(mode: str, title: str, runs: list[dict], **extra: Any) -> dict[str, Any]:
+    """The page's data; it opens coloured by the mechanism (``mech``) when any run on it
+    has shadow data, else by the clip side."""
+    shadow = any(info["shadow"] for run in runs for info in run["steps"].values())
     return {
         "mode": mode,
         "title": title,
         "runs": runs,
         "quantities": _scaled_quantities(runs),
         "columns": [list(c) for c in SUMMARY_COLUMNS],
+        "mechanism": list(MECHANISM),
+        "colour": "mech" if shadow else "clip",
         **extra,
     }
 
@@ -359,6 +433,18 @@ PAIR_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("question", "question", "the prompt's question"),
     ("left_clip_low", "left: clip low", "left run: tokens clipped at the lower bound"),
     ("right_clip_low", "right: clip low", "right run: tokens clipped at the lower bound"),
+    (
+        "left_fp8_only",
+        "left: FP8 only",
+        "left run: tokens clipped that its BF16 shadow keeps "
+        "inside the bounds (n/a: no shadow data)",
+    ),
+    (
+        "right_fp8_only",
+        "right: FP8 only",
+        "right run: tokens clipped that its BF16 shadow "
+        "keeps inside the bounds (n/a: no shadow data)",
+    ),
     ("left_garbled", "left: garbled", "left run: garbled responses"),
     ("right_garbled", "right: garbled", "right run: garbled responses"),
     ("left_reward", "left: reward", "left run: mean reward"),
@@ -368,8 +454,10 @@ PAIR_COLUMNS: tuple[tuple[str, str, str], ...] = (
 
 def _side_summary(responses: Sequence[Mapping[str, Any]], side: str) -> dict[str, Any]:
     rewards = [r["summary"]["reward"] for r in responses if r["summary"]["reward"] is not None]
+    fp8_only = [r["summary"]["fp8_only"] for r in responses]
     return {
         f"{side}_clip_low": sum(r["summary"]["clip_low"] for r in responses),
+        f"{side}_fp8_only": None if None in fp8_only else sum(fp8_only),
         f"{side}_garbled": sum(bool(r["summary"]["garbled"]) for r in responses),
         f"{side}_reward": _num(sum(rewards) / len(rewards)) if rewards else None,
     }
@@ -426,40 +514,50 @@ class ViewerLink:
     path: Path
 
 
+#: What a comparison puts next to plain FP8 (:attr:`Comparison.against`).
+AGAINST = ("bf16", "cc")
+
+
 @dataclass(frozen=True)
 class Comparison:
-    """Two runs the report puts side by side: plain FP8 and FP8 + CC of one granularity
-    and seed."""
+    """Two runs the report puts side by side: plain FP8 of one granularity and seed, and
+    its BF16 twin (``against="bf16"``: the ``BF16`` arm, same seed) or FP8 + CC of the
+    same granularity (``against="cc"``)."""
 
     granularity: str
     seed: int
     left: str  # run id, plain FP8
-    right: str  # run id, FP8 + CC
+    right: str  # run id, BF16 or FP8 + CC
+    against: str = "cc"
 
     @property
     def label(self) -> str:
         label = RECIPES[self.granularity].label
-        return f"{label} vs {label} + CC, seed {self.seed}"
+        right = "BF16" if self.against == "bf16" else f"{label} + CC"
+        return f"{label} vs {right}, seed {self.seed}"
 
     @property
     def file_name(self) -> str:
-        return f"compare_{self.granularity}_seed{self.seed}.html"
+        vs = "_vs_bf16" if self.against == "bf16" else ""
+        return f"compare_{self.granularity}{vs}_seed{self.seed}.html"
 
 
 def comparison_runs(runs: pd.DataFrame) -> list[Comparison]:
-    """Plain FP8 against FP8 + CC for every granularity and seed that has both arms (a
-    usable run preferred)."""
+    """Plain FP8 against its BF16 twin and against FP8 + CC, for every granularity and seed
+    that has both arms of a pair (a usable run preferred); per granularity and seed the
+    BF16 pair first."""
     out = []
     ordered = runs.sort_values("usable", ascending=False, kind="stable")
     for granularity in DEFAULT_ROLLOUT:
         plain = RECIPES[granularity].label
-        cc = f"{plain} + CC"
+        arms = {"bf16": "BF16", "cc": f"{plain} + CC"}
         for seed in sorted(ordered.loc[ordered["arm"] == plain, "seed"].dropna().unique()):
             a = ordered[(ordered["arm"] == plain) & (ordered["seed"] == seed)]
-            b = ordered[(ordered["arm"] == cc) & (ordered["seed"] == seed)]
-            if len(a) and len(b):
-                ids = (str(a.iloc[0]["run_id"]), str(b.iloc[0]["run_id"]))
-                out.append(Comparison(granularity, int(seed), *ids))
+            for against in AGAINST:
+                b = ordered[(ordered["arm"] == arms[against]) & (ordered["seed"] == seed)]
+                if len(a) and len(b):
+                    ids = (str(a.iloc[0]["run_id"]), str(b.iloc[0]["run_id"]))
+                    out.append(Comparison(granularity, int(seed), *ids, against))
     return out
 
 
@@ -467,9 +565,10 @@ def write_viewers(
     source: RunStore | Path | str, experiment: str, runs: pd.DataFrame, out_dir: Path | str
 ) -> list[ViewerLink]:
     """Write ``<out_dir>/<run_id>.html`` for every run in ``runs`` with sample dumps and
-    ``<out_dir>/compare_<granularity>_seed<seed>.html`` for each of :func:`comparison_runs`
-    whose runs both have dumps; remove pages of an earlier build that were not written again.
-    Returns the pages, runs first."""
+    ``<out_dir>/compare_<granularity>_vs_bf16_seed<seed>.html`` (FP8 vs its BF16 twin) and
+    ``<out_dir>/compare_<granularity>_seed<seed>.html`` (FP8 vs FP8 + CC) for each of
+    :func:`comparison_runs` whose runs both have dumps; remove pages of an earlier build
+    that were not written again. Returns the pages, runs first."""
     store, out = as_store(source), Path(out_dir)
     links: list[ViewerLink] = []
     dumped = set()
@@ -489,4 +588,32 @@ def write_viewers(
     for stale in out.glob("*.html") if out.is_dir() else []:
         if stale not in written:
             stale.unlink()
+    return links
+
+
+def write_run_viewer(run_dir: Path | str, out_dir: Path | str) -> list[ViewerLink]:
+    """The pages of one run, without the rest of the report: ``<out_dir>/<run_id>.html``,
+    and each of :func:`comparison_runs` of its experiment that holds the run (plain FP8
+    against its BF16 twin, against FP8 + CC) when the other run dumped samples too.
+    ``run_dir`` is ``<store>/<experiment>/<run_id>``. Returns the pages, the run's first;
+    raises FileNotFoundError when the run has no sample dumps."""
+    run_dir = Path(run_dir)
+    store, experiment, run_id = RunStore(run_dir.parent.parent), run_dir.parent.name, run_dir.name
+    if not read_dumps(store.run_path(experiment, run_id)):
+        raise FileNotFoundError(
+            f"{run_dir}: no sample dumps in samples/ (run with train.dump_samples_every > 0)"
+        )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{run_id}.html"
+    atomic_write_text(path, run_page(store, experiment, run_id))
+    config = store.run_info(experiment, run_id).config
+    links = [ViewerLink(f"{arm_of(config)}, seed {config.get('seed')} ({run_id})", path)]
+    for pair in comparison_runs(runs_frame(store, experiment)):
+        other = {pair.left: pair.right, pair.right: pair.left}.get(run_id)
+        if other is None or not read_dumps(store.run_path(experiment, other)):
+            continue
+        path = out / pair.file_name
+        atomic_write_text(path, compare_page(store, experiment, pair.left, pair.right))
+        links.append(ViewerLink(pair.label, path))
     return links

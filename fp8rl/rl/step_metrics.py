@@ -136,6 +136,7 @@ def token_records(
     clip_low: float,
     clip_high: float,
     trainer_log_prob: torch.Tensor | None = None,
+    shadow: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> list[list[dict[str, Any]]]:
     """Each response token by token (``token_texts[i]`` holds response i's decoded tokens):
     rollout and old log-probs (what the loss used as pi_old), the ratio ``r`` at the row's
@@ -143,8 +144,13 @@ def token_records(
     bound (``clipped_low``: ``A < 0`` and ``r < L``) or the upper (``clipped_high``:
     ``A > 0`` and ``r > H``); ``clipped`` is either. With ``trainer_log_prob`` (the
     trainer's pi_old) also ``is_ratio = pi_old / pi_rollout``, the importance ratio before
-    TIS truncates it to ``min(is_ratio, C)``. Numbers carry 9 significant digits (a float32
-    tensor's precision; the clip flags are decided before rounding)."""
+    TIS truncates it to ``min(is_ratio, C)``. With ``shadow`` = ``(old, new)``, the BF16
+    shadow's log-probs of the same tokens before any update and at the row's last visit,
+    also ``shadow_old_log_prob``, ``shadow_log_prob``, the shadow's ratio ``shadow_ratio``
+    and whether the same bounds would have clipped it (``shadow_clipped_low``,
+    ``shadow_clipped_high``): what BF16 would have done with the token FP8 clipped, or
+    not. Numbers carry 9 significant digits (a float32 tensor's precision; the clip flags
+    are decided before rounding)."""
     out = []
     for i, texts in enumerate(token_texts):
         per_token = []
@@ -165,6 +171,14 @@ def token_records(
             if trainer_log_prob is not None:
                 gap = float(trainer_log_prob[i, t]) - float(rollout_log_prob[i, t])
                 record["is_ratio"] = _f32(math.exp(gap))
+            if shadow is not None:
+                old, new = float(shadow[0][i, t]), float(shadow[1][i, t])
+                shadow_ratio = math.exp(new - old)
+                record["shadow_old_log_prob"] = _f32(old)
+                record["shadow_log_prob"] = _f32(new)
+                record["shadow_ratio"] = _f32(shadow_ratio)
+                record["shadow_clipped_low"] = adv < 0 and shadow_ratio < clip_low
+                record["shadow_clipped_high"] = adv > 0 and shadow_ratio > clip_high
             per_token.append(record)
         out.append(per_token)
     return out

@@ -286,7 +286,7 @@ def advantages(batch: StepBatch) -> torch.Tensor:
 class Shadow:
     """The BF16 shadow forwards of the training model on the step's own tokens (for the
     calibrator on calibration steps and, with ``clipping.pool=period``, on every step; as
-    a diagnostic every ``train.shadow_every``):
+    a diagnostic every ``train.shadow_every``; for the sample dump on dump steps):
 
     - before any update, pi_bf16(old) next to the training precision's pi_old;
     - at each row's last PPO visit, pi_bf16(new) next to the pi_fp8(new) the loss clipped:
@@ -294,15 +294,23 @@ class Shadow:
       before any update (r = 1 by construction) are left out of ``mask`` - unless old
       log-probs are the rollout's (bypass mode), where every row carries the mismatch.
 
-    Inactive on other steps (every method is a no-op). Time goes to the ``shadow`` phase.
+    ``logged``: a shadow step, whose ``fp8rl/shadow/*`` metrics are logged; ``dumped``: a
+    dump step, whose sample dump records the shadow's log-probs. A dump step that is not a
+    shadow step runs the same forwards for the dump alone: they read the weights under
+    ``torch.no_grad`` and draw no random numbers, so the step's metrics are the same as
+    without them. Inactive on other steps (every method is a no-op). Time goes to the
+    ``shadow`` phase.
     """
 
-    def __init__(self, tr: Trainer, batch: StepBatch, active: bool, timer: PhaseTimer) -> None:
-        self.model, self.active, self.timer = tr.model, active, timer
-        self.temperature = tr.cfg.rollout.temperature
+    def __init__(
+        self, tr: Trainer, batch: StepBatch, timer: PhaseTimer, *, logged: bool, dumped: bool
+    ) -> None:
+        self.model, self.timer = tr.model, timer
+        self.logged, self.active = logged, logged or dumped
         shape = batch.tokens.shape
         self.old_bf16, self.new_bf16, self.new_fp8 = (torch.zeros(shape) for _ in range(3))
         self.mask = torch.zeros_like(batch.mask)
+        self.visited = torch.zeros(len(batch), dtype=torch.bool)  # rows with a new_bf16
 
     def _bf16(self, rows: Rows) -> torch.Tensor:
         with self.timer("shadow"), torch.no_grad(), high_precision(self.model):
@@ -319,6 +327,13 @@ class Shadow:
             self.new_bf16[idx] = self._bf16(rows)
             self.new_fp8[idx] = log_prob.detach()
             self.mask[idx] = mask.bool()
+            self.visited[idx] = True
+
+    def dump_log_probs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(old, new)`` BF16 log-probs of every row, for the sample dump. A row whose last
+        visit came before any update has the same weights, hence the same BF16 forward, as
+        before it: its new log-probs are its old ones (``r_bf16 = 1``, as ``r = 1``)."""
+        return self.old_bf16, torch.where(self.visited[:, None], self.new_bf16, self.old_bf16)
 
 
 @dataclass
@@ -466,7 +481,7 @@ def calibrate(
     elif cal.is_pooling_step(step):
         with timer("calibrate"):
             cal.add_from_log_probs(step, **log_probs)
-    if shadow.active:
+    if shadow.logged:
         metrics.update(
             shadow_clip_comparison(
                 shadow.new_bf16 - shadow.old_bf16,
@@ -517,7 +532,7 @@ class StepRecord:
     update: UpdateResult
     bounds: tuple[float, float]
     calibrating: bool
-    shadowing: bool
+    shadow: Shadow  # its forwards' log-probs; ``shadow.logged``: a shadow step
     calibration_metrics: dict[str, float]
     health: dict[str, float]
 
@@ -552,7 +567,7 @@ def step_metrics(tr: Trainer, rec: StepRecord) -> dict[str, float]:
         "fp8rl/batch/groups": float(B // cfg.rollout.n_samples),
         "fp8rl/batch/sample_rounds": float(rec.rollout.rounds),
         "fp8rl/calib/is_calibration_step": float(rec.calibrating),
-        "fp8rl/shadow/is_shadow_step": float(rec.shadowing),
+        "fp8rl/shadow/is_shadow_step": float(rec.shadow.logged),
         **logratio_breakdown(rec.update.last_log_ratio, rec.adv, rec.old_lp, rec.update.last_mask),
         **rec.calibration_metrics,
         **rec.health,
@@ -564,15 +579,18 @@ def step_metrics(tr: Trainer, rec: StepRecord) -> dict[str, float]:
 
 def timing_metrics(timer: PhaseTimer, rec: StepRecord) -> dict[str, float]:
     """Wall-clock seconds per phase; the shadow forwards (and the calibrator's work) count
-    as ``timing_s/calibration`` on calibration steps and as ``timing_s/shadow`` on other
-    shadow steps, pooling steps (``clipping.pool=period``) among them."""
+    as ``timing_s/calibration`` on calibration steps, as ``timing_s/shadow`` on other
+    shadow steps, pooling steps (``clipping.pool=period``) among them, and as
+    ``timing_s/dump_shadow`` on dump steps that are no shadow step (the dump's alone)."""
     t = timer.totals
     out = {f"timing_s/{k}": t.get(k, 0.0) for k in ("gen", "old_log_prob", "update_actor", "sync")}
     shadow_s = t.get("calibrate", 0.0) + t.get("shadow", 0.0)
     if rec.calibrating:
         out["timing_s/calibration"] = shadow_s
-    elif rec.shadowing:
+    elif rec.shadow.logged:
         out["timing_s/shadow"] = shadow_s
+    elif rec.shadow.active:
+        out["timing_s/dump_shadow"] = shadow_s
     out["timing_s/step"] = timer.elapsed()
     return out
 
@@ -583,10 +601,11 @@ def dump_samples(tr: Trainer, rec: StepRecord) -> None:
 
     Which rows: :func:`fp8rl.rl.step_metrics.dump_rows` (off-policy mini-batches, prompts
     in a run-independent order, each prompt's worst and best response first). Per token:
-    :func:`fp8rl.rl.step_metrics.token_records`; per step the bounds in force, the loss,
-    where pi_old came from and the TIS threshold; per response its batch row, group,
-    mini-batch and token ids (prompt and response). Reads the step's tensors only: metrics
-    and run ids do not depend on it.
+    :func:`fp8rl.rl.step_metrics.token_records`, the BF16 shadow's log-probs among them
+    (:meth:`Shadow.dump_log_probs`); per step the bounds in force, the loss, where pi_old
+    came from and the TIS threshold; per response its batch row, group, mini-batch and
+    token ids (prompt and response). Reads the step's tensors only: metrics and run ids do
+    not depend on it.
     """
     cfg, batch, upd = tr.cfg, rec.rollout.batch, rec.update
     rows = dump_rows(
@@ -601,8 +620,13 @@ def dump_samples(tr: Trainer, rec: StepRecord) -> None:
         for i in rows
     ]
     tensors = (batch.rollout_log_prob, rec.old_lp, upd.last_log_ratio, rec.old.entropy, rec.adv)
+    shadow_old, shadow_new = rec.shadow.dump_log_probs()
     per_token = token_records(
-        texts, *(x[idx] for x in tensors), *rec.bounds, trainer_log_prob=rec.old.trainer[idx]
+        texts,
+        *(x[idx] for x in tensors),
+        *rec.bounds,
+        trainer_log_prob=rec.old.trainer[idx],
+        shadow=(shadow_old[idx], shadow_new[idx]),
     )
     samples = []
     for i, tokens in zip(rows, per_token, strict=True):
@@ -633,6 +657,12 @@ def dump_samples(tr: Trainer, rec: StepRecord) -> None:
     atomic_write_text(path, json.dumps(dump, separators=(",", ":")) + "\n")
 
 
+def is_dump_step(cfg: RunConfig, step: int) -> bool:
+    """Every ``train.dump_samples_every`` steps (never when 0)."""
+    every = cfg.train.dump_samples_every
+    return bool(every and step % every == 0)
+
+
 def log_step(
     tr: Trainer, rec: StepRecord, timer: PhaseTimer
 ) -> tuple[dict[str, float], dict[str, float]]:
@@ -642,7 +672,7 @@ def log_step(
     metrics = step_metrics(tr, rec)
     metrics.update(timing_metrics(timer, rec))
     tr.run.log_metrics(step, metrics)
-    if cfg.train.dump_samples_every and step % cfg.train.dump_samples_every == 0:
+    if is_dump_step(cfg, step):
         dump_samples(tr, rec)
     step_eval: dict[str, float] = {}
     if cfg.eval.every and (step % cfg.eval.every == 0 or step == cfg.steps):
@@ -675,7 +705,7 @@ def train_step(tr: Trainer, step: int, timer: PhaseTimer) -> StepRecord:
     every = cfg.train.shadow_every
     pooling = tr.calibrator.is_pooling_step(step)
     shadowing = calibrating or pooling or bool(every and step % every == 0)
-    shadow = Shadow(tr, batch, shadowing, timer)
+    shadow = Shadow(tr, batch, timer, logged=shadowing, dumped=is_dump_step(cfg, step))
     minibatches = [
         i for i in torch.arange(len(batch)).tensor_split(cfg.train.ppo_mini_batches) if i.numel()
     ]
@@ -704,7 +734,7 @@ def train_step(tr: Trainer, step: int, timer: PhaseTimer) -> StepRecord:
     with timer("sync"):
         health = sync_and_probe(tr)
     return StepRecord(
-        step, ro, adv, old, old_lp, corr_metrics, upd, bounds, calibrating, shadowing, calib, health
+        step, ro, adv, old, old_lp, corr_metrics, upd, bounds, calibrating, shadow, calib, health
     )
 
 

@@ -85,6 +85,7 @@ def test_a_format_1_dump_reads_with_what_can_be_recovered_and_the_rest_na(tmp_pa
     summary = resp["summary"]
     assert (summary["boxed"], summary["garbled"], summary["clip_low"]) == (False, True, 1)
     assert summary["clipped"] == 0.5 and summary["row"] is None  # not in format 1: n/a
+    assert not _has_shadow(view)
     bypass = {**info.config, "train": {"old_logprob_source": "rollout"}}
     assert run_view(info.path, bypass, run_id, "t")["responses"][0]["tr"] == [None, None]
 
@@ -106,13 +107,66 @@ def test_a_format_2_dump_gives_the_raw_ratio_bounds_and_clip_side(tmp_path):
     info = store.run_info("t", run_id)
     view = run_view(info.path, info.config, run_id, "t")
     step = {"format": 2, "clip_low": 0.8, "clip_high": 1.2, "loss": "vanilla"}
-    assert view["steps"]["1"] == {**step, "tis_threshold": 2.0, "responses": 1}
+    no_shadow = {"shadow": False, "fp8_only": None, "bf16_only": None}
+    assert view["steps"]["1"] == {**step, "tis_threshold": 2.0, "responses": 1, **no_shadow}
     (resp,) = view["responses"]
     assert resp["clip"] == [2, 0] and resp["is"] == [3.0, 0.5] and resp["w"] == [2.0, 0.5]
     assert resp["tr"] == [pytest.approx(math.log(r), rel=1e-3) for r in (3.0, 0.5)]
     summary = resp["summary"]
     assert summary["boxed"] and not summary["garbled"] and summary["row"] == 9
     assert {key for key, *_ in SUMMARY_COLUMNS} <= set(summary)
+    assert not _has_shadow(view)  # a format-2 dump from before the shadow's fields
+
+
+def _has_shadow(view: dict) -> bool:
+    """Whether a run view holds shadow data anywhere; without it every shadow value is
+    None (the page: "no shadow data"), never 0."""
+    steps, responses = view["steps"].values(), view["responses"]
+    nothing = (
+        all(not s["shadow"] and s["fp8_only"] is s["bf16_only"] is None for s in steps)
+        and all(r["summary"]["fp8_only"] is r["summary"]["bf16_only"] is None for r in responses)
+        and all(v is None for r in responses for k in ("mech", "slr", "sr", "sclip") for v in r[k])
+    )
+    return not nothing
+
+
+def _shadow_dump(step: int, prompt: str = "p", low: float = 0.8) -> dict:
+    """A dump with the BF16 shadow's fields: tokens clipped under FP8 only, under BF16
+    only, under both and under neither (A < 0, bounds [low, 1.2])."""
+
+    def tok(text, ratio, shadow_ratio):
+        flags = {"clipped": ratio < low, "clipped_low": ratio < low, "clipped_high": False}
+        shadow = {"shadow_old_log_prob": -1.0, "shadow_log_prob": -1.0 + math.log(shadow_ratio),
+                  "shadow_ratio": shadow_ratio, "shadow_clipped_low": shadow_ratio < low,
+                  "shadow_clipped_high": False}  # fmt: skip
+        return _token(text, -1.0, ratio, -1.0, -1.0, is_ratio=1.0, **flags, **shadow)
+
+    tokens = [tok("a", 0.7, 0.9), tok("b", 0.9, 0.7), tok("c", 0.6, 0.5), tok("d", 1.0, 1.0)]
+    sample = {"id": prompt, "question": "q", "answer": "7", "response": "abcd", "score": 0.0,
+              "correct": False, "finished": True, "row": 4, "group": "1", "minibatch": 1,
+              "off_policy": True, "tokens": tokens}  # fmt: skip
+    return {"step": step, "format": 2, "clip_low": low, "clip_high": 1.2, "loss": "vanilla",
+            "tis_threshold": 2.0, "samples": [sample]}  # fmt: skip
+
+
+def test_a_dump_with_the_bf16_shadow_says_what_fp8_clipped_that_bf16_would_not(tmp_path):
+    store = RunStore(tmp_path / "runs")
+    run_id = _add_dumped_run(store, "Blockwise FP8", 0, [_shadow_dump(1), _format1_dump(2)])
+    info = store.run_info("t", run_id)
+    view = run_view(info.path, info.config, run_id, "t")
+    first, old = view["responses"]
+    assert first["mech"] == [1, 2, 3, 0]  # FP8 only, BF16 only, both, neither
+    assert first["sclip"] == [0, 1, 1, 0] and first["sr"] == [0.9, 0.7, 0.5, 1.0]
+    assert first["slr"][1] == pytest.approx(math.log(0.7), rel=1e-3)
+    assert (first["summary"]["fp8_only"], first["summary"]["bf16_only"]) == (1, 1)
+    step = view["steps"]["1"]
+    assert (step["shadow"], step["fp8_only"], step["bf16_only"]) == (True, 1, 1)
+    # the older dump of step 2 has no shadow data: None, not 0
+    assert old["mech"] == [None, None] and old["summary"]["fp8_only"] is None
+    assert view["steps"]["2"]["shadow"] is False and view["steps"]["2"]["fp8_only"] is None
+    html = run_page(store, "t", run_id)
+    data = json.loads(html.split('type="application/json">')[1].split("</script>")[0])
+    assert data["colour"] == "mech" and data["mechanism"][1] == "FP8 only"
 
 
 def test_pages_are_self_contained_and_no_text_can_end_their_script(tmp_path):
@@ -126,7 +180,7 @@ def test_pages_are_self_contained_and_no_text_can_end_their_script(tmp_path):
     assert "@import" not in html and "url(" not in html
 
 
-def test_comparisons_pair_plain_fp8_with_cc_of_one_granularity_and_seed(tmp_path):
+def test_comparisons_pair_plain_fp8_with_its_bf16_twin_and_with_cc_of_one_seed(tmp_path):
     store = RunStore(tmp_path / "runs")
     ids = {
         (arm, seed): _add_dumped_run(store, arm, seed, [_format1_dump(1)], **{"clipping.period": 5})
@@ -136,19 +190,57 @@ def test_comparisons_pair_plain_fp8_with_cc_of_one_granularity_and_seed(tmp_path
     no_dumps = _add_dumped_run(store, "Blockwise FP8 + CC", 1, [], **{"clipping.period": 5})
     runs = runs_frame(store, "t")
     pairs = comparison_runs(runs)
-    expected = [("rowwise", 0), ("rowwise", 1), ("blockwise", 1)]
-    assert [(p.granularity, p.seed) for p in pairs] == expected and pairs[2].right == no_dumps
-    assert (pairs[0].left, pairs[0].right) == (ids["Rowwise FP8", 0], ids["Rowwise FP8 + CC", 0])
+    expected = [("rowwise", s, a) for s in (0, 1) for a in ("bf16", "cc")]
+    expected += [("blockwise", 0, "bf16"), ("blockwise", 1, "bf16"), ("blockwise", 1, "cc")]
+    assert [(p.granularity, p.seed, p.against) for p in pairs] == expected
+    assert pairs[-1].right == no_dumps
+    assert (pairs[0].left, pairs[0].right) == (ids["Rowwise FP8", 0], ids["BF16", 0])
+    assert (pairs[1].left, pairs[1].right) == (ids["Rowwise FP8", 0], ids["Rowwise FP8 + CC", 0])
+    assert [p.label for p in pairs[:2]] == [
+        "Rowwise FP8 vs BF16, seed 0", "Rowwise FP8 vs Rowwise FP8 + CC, seed 0"]  # fmt: skip
     pages = write_viewers(store, "t", runs, tmp_path / "viewer")
     names = sorted(p.path.name for p in pages)
-    assert names == sorted([f"{i}.html" for i in ids.values()] + [
-        "compare_rowwise_seed0.html", "compare_rowwise_seed1.html"])  # fmt: skip
+    compared = [
+        f"compare_{g}{v}_seed{s}.html"
+        for g, s, v in [
+            ("rowwise", 0, ""),
+            ("rowwise", 1, ""),
+            ("rowwise", 0, "_vs_bf16"),
+            ("rowwise", 1, "_vs_bf16"),
+            ("blockwise", 0, "_vs_bf16"),
+            ("blockwise", 1, "_vs_bf16"),
+        ]
+    ]
+    assert names == sorted([f"{i}.html" for i in ids.values()] + compared)  # fmt: skip
     (tmp_path / "viewer" / "old.html").write_text("from an earlier build")
     write_viewers(store, "t", runs, tmp_path / "viewer")
     assert not (tmp_path / "viewer" / "old.html").exists()
     html = compare_page(store, "t", pairs[0].left, pairs[0].right)
     data = json.loads(html.split('type="application/json">')[1].split("</script>")[0])
     assert data["pairs"][0]["left"] == [0] and data["pairs"][0]["right"] == [0]
+    assert data["pairs"][0]["summary"]["left_fp8_only"] is None  # format 1: no shadow data
+    assert data["colour"] == "clip"  # nothing on the page to colour by the mechanism
+
+
+def test_show_run_writes_one_runs_page_and_its_comparisons_without_the_report(tmp_path, capsys):
+    store = RunStore(tmp_path / "runs")
+    fp8 = _add_dumped_run(store, "Blockwise FP8", 0, [_shadow_dump(1)])
+    twin = _add_dumped_run(store, "BF16", 0, [_shadow_dump(1)])
+    _add_dumped_run(store, "Blockwise FP8 + CC", 0, [])  # no dumps: no page with it
+    _add_dumped_run(store, "Rowwise FP8", 0, [_shadow_dump(1)])  # another run: not written
+    spec = importlib.util.spec_from_file_location("show_run", REPO / "scripts" / "show_run.py")
+    show_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(show_run)
+    out = tmp_path / "pages"
+    assert show_run.main([str(store.run_dir("t", fp8)), "--viewer", "--out", str(out)]) == 0
+    names = {p.name for p in out.iterdir()}
+    assert names == {f"{fp8}.html", "compare_blockwise_vs_bf16_seed0.html"}
+    printed = capsys.readouterr().out
+    assert f"Run t/{fp8}" in printed and (out / f"{fp8}.html").resolve().as_uri() in printed
+    assert f'"run_id":"{twin}"' in (out / "compare_blockwise_vs_bf16_seed0.html").read_text()
+    bare = _add_dumped_run(store, "Tensorwise FP8", 0, [])
+    assert show_run.main([str(store.run_dir("t", bare)), "--viewer", "--out", str(out)]) == 2
+    assert "no sample dumps" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------------------
@@ -205,6 +297,70 @@ def test_a_run_page_loads_cleanly_with_every_response_and_token(driver, pages):
         assert len(driver.find_elements(By.CSS_SELECTOR, ".response .tok")) == tokens
         assert len(_shown(driver, "#summary tbody tr")) == len(samples)
         assert driver.find_elements(By.CSS_SELECTOR, ".tok.low")  # clipping is visible
+        # the trainer dumped the BF16 shadow: the page opens on FP8 vs BF16 clipping
+        assert driver.find_element(By.ID, "colour").get_attribute("value") == "mech"
+        head = driver.find_element(By.ID, "head").text
+        assert "clipped FP8 only" in head and "no shadow data" not in head
+        first = driver.find_element(By.CSS_SELECTOR, ".response .tok")  # no filter: shown
+        ActionChains(driver).move_to_element(first).perform()
+        assert "BF16 shadow r_bf16" in driver.find_element(By.ID, "inspect").text
+
+
+def _fits(driver) -> bool:
+    """No horizontal scrollbar: neither the summary table's box nor the page's."""
+    widths = driver.execute_script(
+        "const box = document.getElementById('summary-box'), doc = document.documentElement;"
+        "return [box.scrollWidth, box.clientWidth, doc.scrollWidth, doc.clientWidth];"
+    )
+    return widths[0] <= widths[1] and widths[2] <= widths[3]
+
+
+def test_every_page_fits_a_1400_px_window(driver, pages):
+    assert driver.execute_script("return window.innerWidth") == 1400
+    for link in pages["links"]:
+        _open(driver, link.path)
+        assert _fits(driver), link.path.name
+
+
+def test_chromium_keeps_its_sandbox_unless_run_as_root():
+    assert "--no-sandbox" in shots.chromium_flags(root=True)
+    assert "--no-sandbox" not in shots.chromium_flags(root=False)
+    assert ("--no-sandbox" in shots.chromium_flags()) == (os.geteuid() == 0)
+
+
+def test_fp8_against_its_bf16_twin_and_an_old_dump_without_shadow_data(driver, tmp_path):
+    """Synthetic dumps: FP8 and its BF16 twin with the shadow's fields at step 1, the FP8
+    run's step 2 from before them, on the run page and the FP8-vs-BF16 comparison."""
+    store = RunStore(tmp_path / "runs")
+    fp8 = _add_dumped_run(store, "Blockwise FP8", 0, [_shadow_dump(1), _format1_dump(2)])
+    twin = _add_dumped_run(store, "BF16", 0, [_shadow_dump(1)])
+    links = write_viewers(store, "t", runs_frame(store, "t"), tmp_path / "viewer")
+    _open(driver, next(link.path for link in links if link.path.stem == fp8))
+    assert driver.get_log("browser") == [] and _fits(driver)
+    head = driver.find_element(By.ID, "head").text
+    assert "Steps 2: no shadow data" in head and "clipped FP8 only 1, BF16 only 1" in head
+    keys = [
+        h.get_attribute("data-key") for h in driver.find_elements(By.CSS_SELECTOR, "#summary th")
+    ]
+    rows = [r.find_elements(By.TAG_NAME, "td") for r in _shown(driver, "#summary tbody tr")]
+    cells = [(r[keys.index("fp8_only")].text, r[keys.index("bf16_only")].text) for r in rows]
+    assert cells == [("1", "1"), ("n/a", "n/a")]  # the old dump: n/a, not 0
+    assert rows[1][keys.index("fp8_only")].get_attribute("title") == "no shadow data"
+    first = driver.find_elements(By.CSS_SELECTOR, "#resp-0-0 .tok")
+    colours = [t.value_of_css_property("background-color") for t in first]
+    assert len(set(colours)) == 4  # FP8 only, BF16 only, both, neither
+    ActionChains(driver).move_to_element(first[0]).perform()
+    assert "FP8 vs BF16 shadow FP8 only" in driver.find_element(By.ID, "inspect").text
+    old = driver.find_elements(By.CSS_SELECTOR, "#resp-0-1 .tok")[0]
+    ActionChains(driver).move_to_element(old).perform()
+    assert "no shadow data" in driver.find_element(By.ID, "inspect").text
+    assert "no shadow data" in driver.find_element(By.ID, "resp-0-1").text  # its badge
+    _open(driver, tmp_path / "viewer" / "compare_blockwise_vs_bf16_seed0.html")
+    assert driver.get_log("browser") == [] and _fits(driver)
+    assert twin in driver.find_element(By.ID, "head").text
+    (pair,) = driver.find_elements(By.CSS_SELECTOR, ".pair")
+    assert [h.text for h in pair.find_elements(By.TAG_NAME, "h4")] == [
+        "Blockwise FP8, seed 0", "BF16, seed 0"]  # fmt: skip
 
 
 def test_filters_sort_and_hover_change_what_is_shown(driver, pages):

@@ -56,3 +56,21 @@ def test_token_records_say_which_bound_clipped_and_the_raw_importance_ratio() ->
     assert tokens[0]["is_ratio"] == pytest.approx(math.exp(0.5))  # before TIS truncation
     (old,) = token_records([["a"]], rollout, trainer, log_ratio, ent, adv, 0.8, 1.2)
     assert "is_ratio" not in old[0]
+
+
+def test_token_records_say_what_the_bf16_shadow_would_have_clipped_at_the_same_bounds() -> None:
+    log_ratio = torch.log(torch.tensor([[0.5, 0.99, 1.5]]))  # FP8: clips tokens 0 and 2
+    shadow_old = torch.tensor([[-1.0, -1.0, -1.0]])
+    shadow_new = shadow_old + torch.log(torch.tensor([[0.9, 0.7, 1.3]]))  # BF16: 1 and 2
+    adv = torch.tensor([[-1.0, -1.0, 1.0]])
+    lp, ent = torch.zeros(1, 3), torch.ones(1, 3)
+    args = ([["a", "b", "c"]], lp, lp, log_ratio, ent, adv, 0.8, 1.2)
+    (tokens,) = token_records(*args, shadow=(shadow_old, shadow_new))
+    assert [t["clipped_low"] for t in tokens] == [True, False, False]
+    assert [t["shadow_clipped_low"] for t in tokens] == [False, True, False]
+    assert [t["shadow_clipped_high"] for t in tokens] == [False, False, True]
+    assert [t["shadow_ratio"] for t in tokens] == pytest.approx([0.9, 0.7, 1.3])
+    assert tokens[0]["shadow_old_log_prob"] == -1.0
+    assert tokens[0]["shadow_log_prob"] == pytest.approx(-1.0 + math.log(0.9))
+    (without,) = token_records(*args)
+    assert not any(k.startswith("shadow") for k in without[0])  # an older dump's tokens

@@ -614,14 +614,16 @@ def test_a_default_length_bf16_run_improves_held_out_accuracy(tmp_path) -> None:
 
 
 def test_sample_dumps_are_side_files_from_the_off_policy_mini_batches(tmp_path, cache) -> None:
-    """A dump changes no metric; its rows come from mini-batch 1 (of 2), where r moved;
-    per token it has the raw importance ratio and which bound clipped; a resumed run
-    dumps the steps it re-does to the same bytes."""
+    """A dump changes no metric, its BF16 shadow forwards included (no step here is a shadow
+    step otherwise); its rows come from mini-batch 1 (of 2), where r moved; per token it
+    has the raw importance ratio, which bound clipped and the BF16 shadow's ratio; a
+    resumed run dumps the steps it re-does to the same bytes."""
     fp8 = {"granularity.training": "blockwise", "train.checkpoint_every": 1}
     dumping = {**fp8, "train.dump_samples_every": 1, "train.dump_samples": 4}
     plain = run(tmp_path / "plain", cache, fp8)
     whole = run(tmp_path / "whole", cache, dumping)
     assert same_logs(whole.path, plain.path)  # every metric but the wall-clock timings
+    assert all("timing_s/dump_shadow" in r for r in rows(whole.path, timing=True))
     names = sorted(p.name for p in (whole.path / "samples").iterdir())
     assert names == ["step_00000001.json", "step_00000002.json"]
     for record, name in zip(rows(whole.path), names, strict=True):
@@ -643,6 +645,13 @@ def test_sample_dumps_are_side_files_from_the_off_policy_mini_batches(tmp_path, 
             assert t["clipped_low"] == (t["advantage"] < 0 and t["ratio"] < low)
             assert t["clipped_high"] == (t["advantage"] > 0 and t["ratio"] > high)
             assert t["clipped"] == (t["clipped_low"] or t["clipped_high"])
+            # the BF16 shadow of the same token (a dump step is a shadow step for the dump)
+            assert t["shadow_ratio"] == pytest.approx(
+                math.exp(t["shadow_log_prob"] - t["shadow_old_log_prob"]), rel=1e-5
+            )
+            assert t["shadow_clipped_low"] == (t["advantage"] < 0 and t["shadow_ratio"] < low)
+        assert any(t["shadow_ratio"] != 1.0 for t in tokens)
+        assert any(t["shadow_old_log_prob"] != t["old_log_prob"] for t in tokens)  # FP8 != BF16
     store = RunStore(tmp_path / "split")
     cfg = quick(**dumping)
     assert train(cfg, store, "test", cache_dir=cache, max_steps_this_call=1).last_step == 1
@@ -651,3 +660,21 @@ def test_sample_dumps_are_side_files_from_the_off_policy_mini_batches(tmp_path, 
     for name in names:
         path = Path("samples") / name
         assert (resumed.path / path).read_bytes() == (whole.path / path).read_bytes()
+
+
+@pytest.mark.parametrize("mini_batches", [2, 1])
+def test_a_bf16_runs_dumped_shadow_is_its_own_forward_token_by_token(tmp_path, cache, mini_batches):
+    """In BF16 the shadow forward is the training forward, so the dump's shadow log-probs
+    are the trainer's own, token for token: on rows visited after an update (2 mini-batches)
+    and on the first mini-batch's, where r = 1 and the shadow's new log-probs are its old."""
+    changes = {"granularity.training": "bf16", "train.ppo_mini_batches": mini_batches}
+    changes |= {"train.dump_samples_every": 1, "train.dump_samples": 2}
+    summary = run(tmp_path, cache, changes, steps=1)
+    dump = json.loads((summary.path / "samples" / "step_00000001.json").read_text())
+    tokens = [t for s in dump["samples"] for t in s["tokens"]]
+    assert tokens and all(s["off_policy"] == (mini_batches == 2) for s in dump["samples"])
+    for t in tokens:
+        assert t["shadow_old_log_prob"] == pytest.approx(t["old_log_prob"], abs=1e-6)
+        assert t["shadow_ratio"] == pytest.approx(t["ratio"], abs=1e-6)
+        assert t["shadow_clipped_low"] == t["clipped_low"]
+    assert any(t["ratio"] != 1.0 for t in tokens) == (mini_batches == 2)
