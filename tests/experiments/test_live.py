@@ -146,7 +146,7 @@ def test_tensorboard_holds_the_config_as_text_and_hparams(logged: LoggedRun) -> 
     ]
 
 
-def test_a_finished_run_opens_no_writer(logged: LoggedRun, tmp_path: Path, cache: Path) -> None:
+def test_a_finished_run_opens_no_writer(logged: LoggedRun, cache: Path) -> None:
     runs_dir = logged.path.parents[1]
     before = sorted(p.name for p in (logged.path / "tensorboard").iterdir())
     again = compose(
