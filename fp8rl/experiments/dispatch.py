@@ -114,7 +114,12 @@ def run_one(cfg: DictConfig, *, on_step: StepHook | None = None) -> RunSummary:
     _check_threads(store, experiment, run_id, exp.threads)
     every = max(1, run_cfg.steps // 10)
     live = LiveLoggers(
-        exp.loggers, store.run_dir(experiment, run_id), experiment, run_id, resolved.plain
+        exp.loggers,
+        store.run_dir(experiment, run_id),
+        experiment,
+        run_id,
+        resolved.plain,
+        heldout=f"val-core/all/acc/mean@{run_cfg.eval.k}",  # both backends' name for it
     )
     progress = on_step or _progress_logger(f"{experiment}/{run_id}", run_cfg.steps, every)
     try:

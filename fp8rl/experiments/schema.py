@@ -67,8 +67,10 @@ class ExperimentConfig(RunConfig):
         pending (the next invocation resumes it).
     loggers: where each step's metrics also go, verl's ``trainer.logger`` names:
         ``console`` (the progress line), ``tensorboard``, ``wandb`` (offline unless
-        ``WANDB_MODE`` says otherwise); ``fp8rl.experiments.live``. The run store's
-        ``metrics.jsonl`` is always written.
+        ``WANDB_MODE`` says otherwise): scalars in panels, the log-ratio histograms as
+        histograms, the config as hparams (TensorBoard) and config (W&B);
+        ``fp8rl.experiments.live``. The run store's ``metrics.jsonl`` is always written,
+        under its own names.
     export_hf: the backend also writes a standard HF checkpoint into ``<run>/hf/step_<n>/``
         at every step it evaluates (``eval.every``), for ``sweep.py --eval``; a run already
         done exports the evaluated steps it kept a checkpoint of. Changes no number.
