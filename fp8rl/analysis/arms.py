@@ -52,12 +52,27 @@ def granularity_of(config: Mapping[str, Any]) -> str | None:
     return training if decl is not None and decl.is_fp8 else None
 
 
+def _fixed_bounds(config: Mapping[str, Any]) -> str:
+    """`` (fixed bounds [L, H])`` for standard clipping with either bound set, else ""; an
+    unset bound is the nominal one (``1 -/+ algorithm.eps_*``)."""
+    low, high = _get(config, "clipping.init_low"), _get(config, "clipping.init_high")
+    if low is None and high is None:
+        return ""
+    eps_low, eps_high = _get(config, "algorithm.eps_low"), _get(config, "algorithm.eps_high")
+    low = low if low is not None else (1 - eps_low if eps_low is not None else None)
+    high = high if high is not None else (1 + eps_high if eps_high is not None else None)
+    shown = ", ".join("?" if b is None else f"{b:.3f}" for b in (low, high))
+    return f" (fixed bounds [{shown}])"
+
+
 def arm_of(config: Mapping[str, Any]) -> str:
     """The arm label of a (nested) run config, e.g. ``Blockwise FP8 + CC``.
 
     Configs outside the table's rows get a descriptive label (``BF16 + CC (control)``,
     ``Tensorwise FP8 (BF16 rollout)``, ``Rowwise FP8 + CC (lower only)`` for Calibrated
-    Clipping of the lower bound alone, ``... [fp8rl_cispo loss]``) so they are never
+    Clipping of the lower bound alone, ``Rowwise FP8 (fixed bounds [0.843, 1.202])`` for
+    standard clipping at bounds other than ``1 -/+ eps`` (the fixed-bounds control,
+    ``clipping.init_low``/``init_high``), ``... [fp8rl_cispo loss]``) so they are never
     silently merged into a row.
     """
     training = _get(config, "granularity.training") or "?"
@@ -85,6 +100,8 @@ def arm_of(config: Mapping[str, Any]) -> str:
         label = f"{training} training{cc}"
     if _get(config, "granularity.lm_head"):
         label += " (FP8 LM head)"
+    if not cc:
+        label += _fixed_bounds(config)
     if loss not in (None, "vanilla", "calibrated_clip"):
         label += f" [{loss} loss]"
     return label

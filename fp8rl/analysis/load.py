@@ -26,6 +26,7 @@ pruned, damaged or of another results version appears with ``usable = False`` an
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -35,7 +36,7 @@ from typing import Any
 import pandas as pd
 
 from fp8rl.analysis.arms import arm_of
-from fp8rl.config import stratified_counts
+from fp8rl.config import RunConfig, stratified_counts
 from fp8rl.runs import (
     LM_EVAL_FILE,
     CorruptLogError,
@@ -51,6 +52,7 @@ __all__ = [
     "EVAL_NAME",
     "IN_LOOP",
     "as_store",
+    "config_column",
     "eval_frame",
     "items_label",
     "metrics_frame",
@@ -173,6 +175,23 @@ def runs_frame(source: RunStore | Path | str, experiment: str) -> pd.DataFrame:
             columns=["run_id", "status", "state", "usable", "arm", "seed", "last_step"]
         )
     return frame.sort_values(["arm", "seed", "run_id"], kind="stable").reset_index(drop=True)
+
+
+def config_column(runs: pd.DataFrame, key: str) -> pd.Series:
+    """``runs``' column ``config.<key>`` (a dotted run-config key), with the schema's
+    default (:class:`fp8rl.config.RunConfig`) where a stored config lacks the key (an older
+    or a partial config: missing keys take their defaults, as ``RunConfig.from_dict``)."""
+    default: Any = RunConfig()
+    for part in key.split("."):
+        default = getattr(default, part)
+    column = runs.get(f"config.{key}")
+    if column is None:
+        return pd.Series([default] * len(runs), index=runs.index, dtype=object)
+    return column.map(lambda v: default if _missing(v) else v)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def _log_rows(

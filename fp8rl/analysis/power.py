@@ -13,6 +13,22 @@ and the smallest difference it detects with power ``p`` is the ``delta`` where
 "matches BF16 within 2 points" claim) counts ``delta`` from its threshold. The observed ``sd`` is
 recovered from a claim's :class:`fp8rl.analysis.stats.Estimate` (its interval is
 ``mean +- t* sd / sqrt(n)``).
+
+**Failure rates** (the frontier study, docs/study/frontier_protocol.md): a claim "arm A
+fails more often than arm B" with ``x_a`` of ``n_a`` and ``x_b`` of ``n_b`` runs failed is
+decided by the one-sided Fisher exact test, whose p-value is the hypergeometric tail
+(``scipy.stats.hypergeom``; margins fixed at ``x_a + x_b`` failures)::
+
+    p(x_a, x_b) = P(X >= x_a),   X ~ Hypergeometric(N = n_a + n_b, K = x_a + x_b, n = n_a)
+
+Its power against true failure rates ``p_a``, ``p_b`` is the binomial probability of the
+outcomes it rejects at ``alpha``::
+
+    power = sum over (x_a, x_b) with p(x_a, x_b) <= alpha of
+            Binom(x_a; n_a, p_a) Binom(x_b; n_b, p_b)
+
+Fisher's test is discrete, so its power is not monotone in n (a few more seeds can lose
+a little); :func:`seeds_needed` returns the smallest n per arm that reaches the power.
 """
 
 from __future__ import annotations
@@ -28,7 +44,17 @@ from fp8rl.analysis.stats import Estimate
 from fp8rl.analysis.tables import markdown_table
 from fp8rl.analysis.verdicts import Verdict
 
-__all__ = ["detectable_difference", "observed_sd", "paired_power", "power_frame", "power_markdown"]
+__all__ = [
+    "detectable_difference",
+    "failure_power",
+    "failure_power_table",
+    "fisher_p",
+    "observed_sd",
+    "paired_power",
+    "power_frame",
+    "power_markdown",
+    "seeds_needed",
+]
 
 
 def _critical(n: int, level: float) -> float:
@@ -132,3 +158,62 @@ def power_markdown(frame: pd.DataFrame, power: float = 0.8) -> str:
         }
     )
     return markdown_table(rows)
+
+
+# ---- failure rates: one-sided Fisher exact test (module docstring)
+
+#: Relative slack on ``p <= alpha``: a p-value of exactly alpha (1/20 with 3 vs 3 seeds)
+#: computed in floating point must not fall on the wrong side.
+_P_TOL = 1e-9
+
+
+def fisher_p(x_a: int, n_a: int, x_b: int, n_b: int) -> float:
+    """One-sided Fisher exact p-value that arm A (``x_a`` of ``n_a`` failed) fails more often
+    than arm B (``x_b`` of ``n_b``)."""
+    if not (0 <= x_a <= n_a and 0 <= x_b <= n_b):
+        raise ValueError(f"failures must lie in [0, runs]: {x_a}/{n_a}, {x_b}/{n_b}")
+    return float(_st.hypergeom.sf(x_a - 1, n_a + n_b, x_a + x_b, n_a))
+
+
+def failure_power(
+    p_a: float, p_b: float, n_a: int, n_b: int | None = None, alpha: float = 0.05
+) -> float:
+    """Power of :func:`fisher_p` at level ``alpha`` against true failure rates ``p_a`` (arm A)
+    and ``p_b`` with ``n_a`` and ``n_b`` (default ``n_a``) runs."""
+    n_b = n_a if n_b is None else n_b
+    pmf_a = _st.binom.pmf(range(n_a + 1), n_a, p_a)
+    pmf_b = _st.binom.pmf(range(n_b + 1), n_b, p_b)
+    return float(
+        sum(
+            pmf_a[x_a] * pmf_b[x_b]
+            for x_a in range(n_a + 1)
+            for x_b in range(n_b + 1)
+            if fisher_p(x_a, n_a, x_b, n_b) <= alpha * (1 + _P_TOL)
+        )
+    )
+
+
+def seeds_needed(
+    p_a: float, p_b: float, power: float = 0.8, alpha: float = 0.05, max_n: int = 60
+) -> int | None:
+    """The smallest number of seeds per arm at which :func:`failure_power` reaches ``power``
+    (None if no n up to ``max_n`` does)."""
+    for n in range(1, max_n + 1):
+        if failure_power(p_a, p_b, n, n, alpha) >= power:
+            return n
+    return None
+
+
+def failure_power_table(
+    rates: Sequence[tuple[float, float]], seeds: Sequence[int], alpha: float = 0.05
+) -> pd.DataFrame:
+    """One row per ``(p_a, p_b)`` of ``rates``: the power at each number of seeds per arm in
+    ``seeds`` (columns ``n=<k>``) and the seeds needed for power 0.8 (``n for 0.8``)."""
+    rows = []
+    for p_a, p_b in rates:
+        row: dict[str, object] = {"p_a": p_a, "p_b": p_b}
+        for n in seeds:
+            row[f"n={n}"] = failure_power(p_a, p_b, n, n, alpha)
+        row["n for 0.8"] = seeds_needed(p_a, p_b, 0.8, alpha)
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -20,6 +20,7 @@ import pytest
 
 from fp8rl.experiments.backends import resolve_run
 from fp8rl.experiments.compose import CONF_DIR, Composer, expand_grid
+from fp8rl.experiments.schema import ConfigError
 from fp8rl.rl.calibration import CalibrationKnobs
 from fp8rl.verl_ext import hooks
 from fp8rl.verl_ext.backend import VerlBackend
@@ -28,7 +29,12 @@ from fp8rl.verl_ext.verl_config import build_verl_config, compose_verl_config
 
 from grid_points import covering_points
 
-PRESETS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
+#: Presets of a tiny-scale study alone (no scale/verl_<study>.yaml): the frontier pilot
+#: searches for a regime of the tiny scale model, and its MX recipes are emulated only.
+TINY_ONLY = tuple(sorted(p.stem for p in (CONF_DIR / "experiment").glob("frontier_pilot_*.yaml")))
+PRESETS = sorted(
+    p.stem for p in (CONF_DIR / "experiment").glob("*.yaml") if p.stem not in TINY_ONLY
+)
 
 
 def launches(
@@ -71,6 +77,12 @@ def test_every_preset_composes_and_translates_with_backend_verl(preset: str, com
         assert len(keys) == len(set(keys)), point  # each key once (check_overrides)
         assert launch.env["VERL_FILE_LOGGER_PATH"].endswith("/verl/file_logger.jsonl")
         assert launch.command()[:3] == ["python", "-m", "verl.trainer.main_ppo"]
+
+
+@pytest.mark.parametrize("preset", TINY_ONLY)
+def test_a_tiny_only_preset_is_refused_on_verl_naming_the_scale(preset: str, composer) -> None:
+    with pytest.raises(ConfigError, match="scale=verl_frontier_pilot is not an option"):
+        launches(preset, cover=True, composer=composer)
 
 
 #: One command per branch of the translation: BF16; vLLM's FP8 rollout with FP8 training and
