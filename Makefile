@@ -125,6 +125,10 @@ bench-loss: setup ## Time loss + diagnostics + calibration on a 256x4096-token b
 bench-trainer: setup ## Time the tiny RL step by phase per recipe and the calibration overhead at K=20; vs an earlier commit, interleaved: make bench-trainer ARGS="--against f1ddd3e"
 	$(PY) benchmarks/bench_trainer.py $(ARGS)
 
+.PHONY: bench-fused-quant
+bench-fused-quant: setup ## Fused (torch.compile) vs eager fake quantisation per operand group, interleaved (FP8RL_FUSED_QUANT's evidence)
+	$(PY) benchmarks/bench_fused_quant.py $(ARGS)
+
 .PHONY: bench-cli
 bench-cli: setup ## How long sweep.py takes to answer (--help, config errors, --status) vs an earlier commit, interleaved: make bench-cli ARGS="--against 7dbb020"
 	$(PY) benchmarks/bench_cli.py $(ARGS)

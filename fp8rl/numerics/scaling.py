@@ -69,6 +69,7 @@ from fp8rl.numerics.elements import (
     resolve_scale_rule,
 )
 from fp8rl.numerics.formats import Fp8Format, format_info, round_to_element, round_to_fp8_grid_
+from fp8rl.numerics.fused import AMAX_EPS, fused_enabled, fused_fake_quantize
 
 __all__ = [
     "AMAX_EPS",
@@ -79,7 +80,6 @@ __all__ = [
     "quantize",
 ]
 
-AMAX_EPS = 1e-12  # TorchAO's EPS: the smallest amax a scale is computed from
 Block = tuple[int | None, int | None]
 Partial = Literal["error", "pad"]
 
@@ -242,11 +242,28 @@ def fake_quantize(
 ) -> torch.Tensor:
     """Quantise then dequantise in one pass: the element value of every entry, in x's dtype.
 
-    Equal to ``dequantize(quantize(x, ...))``; this is the hot path of FP8 emulation.
+    Equal to ``dequantize(quantize(x, ...))``; this is the hot path of FP8 emulation. For
+    E4M3/E5M2 with amax or pow2 scales it runs as one compiled kernel where it can
+    (:mod:`fp8rl.numerics.fused`, bit-identical to the eager code below).
     """
     spec = element_info(fmt)
     rule = resolve_scale_rule(scale_rule, pow2_scales)
     x32 = x if x.dtype == torch.float32 else x.float()
+    if spec.torch_dtype is not None and rule is not ScaleRule.E8M0 and fused_enabled():
+        # the same numbers in one compiled kernel (fp8rl.numerics.fused)
+        x2d = _to_2d(x32)
+        resolved = _resolve_block(tuple(x2d.shape), block, partial)
+        info = format_info(fmt)
+        out = fused_fake_quantize(
+            x2d,
+            resolved,
+            fmax=info.max,
+            min_normal=info.min_normal,
+            mantissa_bits=info.mantissa_bits,
+            pow2=rule is ScaleRule.POW2,
+        )
+        if out is not None:
+            return out.reshape(x.shape).to(x.dtype)
     g, mult, _, pads = _scaled_groups(x32, fmt, block, rule, partial)
     scaled = g * mult
     if spec.torch_dtype is None:  # emulated MX element (saturates inside)
