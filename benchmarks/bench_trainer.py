@@ -32,6 +32,14 @@ new/old of each, and whether the two runs' non-timing metrics are identical (a p
 speed-up) or from which step they differ. REF must contain commit 4d66581 (``train``
 takes a ``RunConfig`` and logs ``timing_s/*`` per named phase); older refs are refused.
 
+``--flops`` adds the step's achieved GEMM throughput against this CPU's FP32 roofline: per
+recipe one more 2-step run of the same config under ``torch.utils.flop_counter.FlopCounterMode``
+(untimed) counts the FLOPs of every matmul of a step (linears, LM head, FP8 GEMMs on their
+dequantised operands; attention is not counted: CPU SDPA's kernel has no FLOP formula, so
+the figure is a lower bound), and ``bench_sampler.matmul_roofline`` (a 2048^3 FP32 GEMM at
+the same thread count, best of 5) is the roofline. GFLOP/s = counted FLOPs per step / the
+timed run's median step.
+
 Prints a markdown table. The base model comes from ``$FP8RL_CACHE`` (built on first use,
 about 5 minutes for tiny-s). Usage::
 
@@ -203,6 +211,16 @@ def single(args: argparse.Namespace) -> None:
                 overhead = calib / (sum(s["step"] for s in steps) - calib)
                 mean = statistics.mean(s["step"] for s in warm)
                 rows[name + tag] = (medians, mean, wall, overhead)
+        flops = (
+            {
+                name: step_flops(
+                    override(base, run_changes(name, args.calib_period)), store, args.cache
+                )
+                for name in pick_recipes(args.recipes)
+            }
+            if args.flops
+            else {}
+        )
     baseline = rows[BASELINE][0]["step"] if BASELINE in rows else 0.0
     print(header(args, base))
     print(
@@ -222,6 +240,23 @@ def single(args: argparse.Namespace) -> None:
         for name in pick_recipes(args.recipes):
             emu, nat = rows[name][0]["step"], rows[name + NATIVE_TAG][0]["step"]
             print(f"| {name} | {emu:.2f} s | {nat:.2f} s | {fmt_ratio(nat, emu)} |")
+    if flops:
+        from bench_sampler import matmul_roofline
+
+        peak = matmul_roofline()
+        print(
+            f"\nFP32 matmul roofline (2048^3 GEMM, {args.threads} threads): {peak / 1e9:.0f} "
+            "GFLOP/s; GEMM FLOPs per step counted by FlopCounterMode over a 2-step run of the "
+            "same config (attention not counted)\n"
+        )
+        print("| run | GEMM GFLOP per step | step (median) | achieved GFLOP/s | % of roofline |")
+        print("|---|---:|---:|---:|---:|")
+        for name, f in flops.items():
+            step = rows[name][0]["step"]
+            print(
+                f"| {name} | {f / 1e9:.1f} | {step:.2f} s | {f / step / 1e9:.1f} | "
+                f"{100 * f / step / peak:.0f}% |"
+            )
     if BLOCKWISE in rows and CALIBRATED in rows:
         std = rows[BLOCKWISE][1]
         _, cal, _, overhead = rows[CALIBRATED]
@@ -232,6 +267,18 @@ def single(args: argparse.Namespace) -> None:
         )
     if args.trl:
         peer_anchor(args, base, {n: r[0]["step"] for n, r in rows.items()})
+
+
+def step_flops(cfg: RunConfig, store: Any, cache: str | None) -> float:
+    """Matmul FLOPs of one step of ``cfg``: a 2-step run under FlopCounterMode, halved."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from fp8rl.tiny.train import train
+
+    cfg = override(cfg, {"steps": 2})
+    with FlopCounterMode(display=False) as counter:
+        train(cfg, store, "flops", cache_dir=cache)
+    return counter.get_total_flops() / 2
 
 
 def peer_anchor(args: argparse.Namespace, base: RunConfig, ours: dict[str, float]) -> None:
@@ -539,6 +586,12 @@ def main() -> None:
         help="also run each recipe with granularity.bf16_compute=native (its BF16 GEMMs on "
         "torch.bfloat16; needs avx512_bf16 or amx_bf16) and print native / emulated",
     )
+    ap.add_argument(
+        "--flops",
+        action="store_true",
+        help="also count each recipe's GEMM FLOPs per step (an untimed 2-step run) and print "
+        "the achieved GFLOP/s against this CPU's FP32 matmul roofline",
+    )
     ap.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -548,6 +601,8 @@ def main() -> None:
         raise SystemExit(why)  # before torch loads or any run starts
     if args.repeats < 1:
         raise SystemExit("--repeats must be at least 1")
+    if args.flops and args.against:
+        raise SystemExit("--flops counts one tree's runs: run it without --against")
     logging.basicConfig(level=logging.WARNING)
     import torch
 
