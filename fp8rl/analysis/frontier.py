@@ -73,6 +73,7 @@ __all__ = [
     "FRONTIER_PROTOCOL",
     "GARBLED",
     "OUTCOME_COLUMNS",
+    "PILOT_DESIGN",
     "PILOT_RESPONSES",
     "REFERENCE_EXPERIMENTS",
     "Failure",
@@ -318,7 +319,7 @@ class Setting:
 
     @property
     def label(self) -> str:
-        return f"lr {self.lr:g}, T {self.temperature:g}, base {self.sft_steps}"
+        return f"lr {self.lr:.1e}, T {self.temperature:.1f}, base {self.sft_steps}"
 
 
 @dataclass(frozen=True)
@@ -372,9 +373,21 @@ class PilotDesign:
             return "3b SFT base"
         return "outside the levels"
 
+    def in_design(self, arm: str, seed: object, setting: Setting) -> bool:
+        """Whether a run of ``arm`` and ``seed`` at ``setting`` is one of the pilot's."""
+        if seed not in self.seeds:
+            return False
+        if arm in (self.baseline, self.plain):
+            return setting in self.settings
+        return arm in self.dose and setting == self.centre
+
     def n_evals(self, length: int) -> int:
         """Evaluations up to ``length``, step 0 included (11 at 200, 6 at 100)."""
         return length // self.eval_every + 1
+
+
+#: The protocol's pilot.
+PILOT_DESIGN = PilotDesign()
 
 
 def reference_thresholds(
@@ -405,7 +418,7 @@ def reference_thresholds(
 
 def pilot_thresholds(
     source: RunStore | Path | str,
-    design: PilotDesign = PilotDesign(),
+    design: PilotDesign = PILOT_DESIGN,
     *,
     responses: int = PILOT_RESPONSES,
     window: int = 5,
@@ -432,8 +445,8 @@ def _at_or_before(curve: Sequence[tuple[int, float]], step: int) -> float:
 
 #: The columns of :func:`pilot_outcomes`.
 OUTCOME_COLUMNS = [
-    "run_id", "arm", "seed", "lr", "temperature", "sft_steps", "lever", "state", "judged",
-    "last_step", "length", "read", "failed", "failure_step", "endpoint", "base_acc",
+    "run_id", "arm", "seed", "lr", "temperature", "sft_steps", "lever", "in_design", "state",
+    "judged", "last_step", "length", "read", "failed", "failure_step", "endpoint", "base_acc",
     "end_acc", "surge_ratio", "garbled_max", "drawdown",
 ]  # fmt: skip
 
@@ -443,12 +456,15 @@ def pilot_outcomes(
     metrics: pd.DataFrame,
     evals: pd.DataFrame,
     thresholds: Mapping[int, FailureThresholds],
-    design: PilotDesign = PilotDesign(),
+    design: PilotDesign = PILOT_DESIGN,
 ) -> pd.DataFrame:
     """One row per pilot run and length of ``design`` (:data:`OUTCOME_COLUMNS`): its
-    setting, whether it is ``judged`` (recorded done or pruned, current results version), and
-    at that length whether it is ``read`` (judged and either failed by then or ran that far;
-    a run stopped earlier that has not failed is not read there), ``failed`` with its
+    setting, whether it is ``in_design`` (a pilot seed of ``design``, its arm at one of its
+    settings: BF16 and plain E4M3 at ``settings``, the dose arms at the centre; any other run
+    is listed, never counted), whether it is ``judged`` (recorded done or pruned, current
+    results version), and at that length whether it is ``read`` (in the design, judged, and
+    either failed by then or ran that far; a run stopped earlier that has not failed is not
+    read there), ``failed`` with its
     ``failure_step`` and ``endpoint`` (:func:`run_failure` with that length's thresholds),
     the step-0 and end-of-length held-out accuracy (the last evaluation at or before the
     length) and the endpoints' statistics up to the length."""
@@ -466,6 +482,7 @@ def pilot_outcomes(
     for r, (lr, temperature, sft) in zip(runs.itertuples(), settings, strict=True):
         setting = Setting(float(lr), float(temperature), int(sft))
         judged = r.status in ("done", "pruned") and not r.stale and not pd.isna(r.last_step)
+        in_design = design.in_design(r.arm, r.seed, setting)
         ent = _curve(metrics[(metrics["run_id"] == r.run_id) & (metrics["metric"] == ENTROPY)])
         ev = evals[(evals["run_id"] == r.run_id) & (evals["family"] == "all")]
         acc = _curve(ev[ev["stat"] == "acc/mean"])
@@ -479,9 +496,9 @@ def pilot_outcomes(
                 {
                     "run_id": r.run_id, "arm": r.arm, "seed": r.seed, "lr": setting.lr,
                     "temperature": setting.temperature, "sft_steps": setting.sft_steps,
-                    "lever": design.lever_of(setting), "state": r.state, "judged": judged,
-                    "last_step": last, "length": length,
-                    "read": judged and (fail.failed or last >= length),
+                    "lever": design.lever_of(setting), "in_design": in_design,
+                    "state": r.state, "judged": judged, "last_step": last, "length": length,
+                    "read": in_design and judged and (fail.failed or last >= length),
                     "failed": judged and fail.failed,
                     "failure_step": fail.step if judged else None,
                     "endpoint": fail.endpoint if judged else None,
@@ -540,7 +557,7 @@ def _read(outcomes: pd.DataFrame, arm: str, setting: Setting, length: int) -> pd
 
 
 def point_outcomes(
-    outcomes: pd.DataFrame, design: PilotDesign = PilotDesign()
+    outcomes: pd.DataFrame, design: PilotDesign = PILOT_DESIGN
 ) -> list[PointOutcome]:
     """Rule 1 at every point of ``design`` (its settings x lengths, in that order), from
     :func:`pilot_outcomes`. Eligible: BF16 read in every pilot seed (``0 of 2`` needs both),
@@ -637,7 +654,7 @@ def _dose_scaling(outcomes: pd.DataFrame, design: PilotDesign, length: int) -> t
     return "mx", f"MX 1 x 32 with power-of-two scales, the issue's default ({where})"
 
 
-def choose_regime(outcomes: pd.DataFrame, design: PilotDesign = PilotDesign()) -> Regime:
+def choose_regime(outcomes: pd.DataFrame, design: PilotDesign = PILOT_DESIGN) -> Regime:
     """The protocol's rule ("The rule that picks the study's regime") on
     :func:`pilot_outcomes`, step by step:
 
