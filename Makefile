@@ -41,6 +41,10 @@ reproduce-table2: setup ## Table 2 at tiny scale: run the grids (resumable), exp
 report: setup ## Rebuild a report folder from results/: make report ARGS="--experiment table2_default [--export-from runs]"
 	$(PY) analysis/report.py $(ARGS)
 
+.PHONY: frontier-pilot-report
+frontier-pilot-report: setup ## The frontier pilot's report and regime verdict from results/frontier_pilot into docs/reports/frontier_pilot (docs/study/frontier_protocol.md): ARGS="--export-from runs" exports the pilot's runs first
+	$(PY) analysis/frontier_pilot_report.py $(ARGS)
+
 .PHONY: figures
 figures: report ## The report's figures (PNG + PDF, in the report folder's figures/): same as make report
 

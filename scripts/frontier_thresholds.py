@@ -14,19 +14,9 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-import pandas as pd
-
-from fp8rl.analysis.frontier import (
-    Reference,
-    bf16_reference,
-    failure_thresholds,
-    reference_statistics,
-)
-from fp8rl.analysis.load import eval_frame, metrics_frame, runs_frame
+from fp8rl.analysis.frontier import PILOT_RESPONSES, reference_thresholds
 
 REPO = Path(__file__).resolve().parents[1]
-#: The committed experiments holding BF16 runs on the study's base.
-EXPERIMENTS = ("table2", "bf16_search")
 
 
 def main() -> None:
@@ -35,42 +25,16 @@ def main() -> None:
     )
     ap.add_argument("--results", default="results")
     ap.add_argument("--n-evals", type=int, default=11)
-    ap.add_argument("--responses", type=int, default=1200 * 4)
+    ap.add_argument("--responses", type=int, default=PILOT_RESPONSES)
     ap.add_argument("--window", type=int, default=5)
     args = ap.parse_args()
-    root = REPO / args.results
-    stats = []
-    for experiment in EXPERIMENTS:
-        runs = bf16_reference(runs_frame(root, experiment), Reference())
-        if runs.empty:
-            continue
-        metrics = metrics_frame(root, experiment, runs, metrics=["actor/entropy"])
-        evals = eval_frame(root, experiment, runs)
-        frame = reference_statistics(metrics, evals, args.window)
-        stats.append(
-            frame.merge(runs[["run_id", "seed", "config.train.lr"]], on="run_id").assign(
-                experiment=experiment
-            )
-        )
-    table = pd.concat(stats, ignore_index=True)
-    shown = table[
-        [
-            "experiment",
-            "run_id",
-            "seed",
-            "config.train.lr",
-            "steps",
-            "evals",
-            "surge_ratio",
-            "garbled_max",
-            "drawdown",
-        ]
-    ]
-    print(shown.rename(columns={"config.train.lr": "lr"}).to_markdown(index=False, floatfmt=".4g"))
-    print()
-    found = failure_thresholds(
-        table, n_evals=args.n_evals, responses=args.responses, window=args.window
+    found, table = reference_thresholds(
+        REPO / args.results, n_evals=args.n_evals, responses=args.responses, window=args.window
     )
+    cols = ["experiment", "run_id", "seed", "lr", "steps", "evals", "surge_ratio"]
+    shown = table[[*cols, "garbled_max", "drawdown"]]
+    print(shown.to_markdown(index=False, floatfmt=".4g"))
+    print()
     for key, value in dataclasses.asdict(found).items():
         print(f"{key}: {value:.4g}" if isinstance(value, float) else f"{key}: {value}")
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 from fp8rl.analysis.arms import granularity_of
-from fp8rl.analysis.load import config_column, metrics_frame, runs_frame
+from fp8rl.analysis.load import config_column, metrics_frame, pilot_seed, runs_frame
 from fp8rl.runs import RunStore
 
 __all__ = [
@@ -49,13 +49,15 @@ FIRST_EFFECT = "fp8rl/calib/applies_from_step"
 
 def cc_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """The finished runs of full Calibrated Clipping with FP8 training in ``runs`` (a
-    :func:`fp8rl.analysis.load.runs_frame`), with a ``granularity`` column."""
+    :func:`fp8rl.analysis.load.runs_frame`), with a ``granularity`` column; never a pilot
+    seed's (:func:`fp8rl.analysis.load.pilot_seed`)."""
     if runs.empty:
         return runs.assign(granularity=pd.Series(dtype=str))
     granularity = [granularity_of(_nested(r)) for r in runs.to_dict("records")]
     runs = runs.assign(granularity=granularity)
     keep = (
         (runs["status"] == "done")
+        & ~pilot_seed(runs)
         & runs["granularity"].notna()
         & (config_column(runs, "clipping.mode") == "calibrated")
         & ~config_column(runs, "clipping.lower_only").astype(bool)

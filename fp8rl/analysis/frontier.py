@@ -33,33 +33,68 @@ A run **fails** (:func:`run_failure`) at the first step where any endpoint cross
 threshold: the surge's start step, the evaluation step of the garbled share or of the
 drawdown. Its time to failure is that step; a run that does not fail by ``until`` is
 censored there.
+
+**The rule that picks the study's regime** (:func:`choose_regime`, the protocol's section
+of that name, applied exactly): the pilot's runs (:class:`PilotDesign`) read at each length
+(:func:`pilot_outcomes`, with :func:`pilot_thresholds` from the committed reference only);
+at each *point* (a :class:`Setting` where BF16 and plain E4M3 both ran, at one length) the
+failures of each (:func:`point_outcomes`); rule 1 eligibility, rule 2 the point where plain
+E4M3 fails most with its tie-breaks, rule 3 the dose lever at the centre, rule 4 no regime
+(:class:`Regime`). Where the protocol leaves a case unstated the reading is the
+conservative one, named where it is made: a point whose BF16 runs are not all read is not
+eligible ("0 of 2" needs both); a run stopped before a length without failing is not read
+there; a median time to failure that a censored run enters is "not reached" (infinite).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from fp8rl.analysis.curves import trailing_mean
-from fp8rl.analysis.load import config_column
+from fp8rl.analysis.load import (
+    config_column,
+    eval_frame,
+    metrics_frame,
+    pilot_seed,
+    runs_frame,
+)
+from fp8rl.runs import RunStore
 
 __all__ = [
     "ACCURACY",
     "DRAWDOWN_DRAWS",
     "ENTROPY",
+    "FRONTIER_PROTOCOL",
     "GARBLED",
+    "OUTCOME_COLUMNS",
+    "PILOT_DESIGN",
+    "PILOT_RESPONSES",
+    "REFERENCE_EXPERIMENTS",
     "Failure",
     "FailureThresholds",
+    "PilotDesign",
+    "Point",
+    "PointOutcome",
     "Reference",
+    "Regime",
+    "Setting",
     "bf16_reference",
+    "choose_regime",
     "drawdown",
     "drawdown_quantile",
     "failure_thresholds",
+    "median_time_to_failure",
+    "pilot_outcomes",
+    "pilot_thresholds",
+    "point_outcomes",
     "reference_statistics",
+    "reference_thresholds",
     "run_failure",
     "surge_ratio",
 ]
@@ -86,7 +121,8 @@ class Reference:
 def bf16_reference(runs: pd.DataFrame, reference: Reference = Reference()) -> pd.DataFrame:
     """The rows of ``runs`` (a :func:`fp8rl.analysis.load.runs_frame`) that are reference
     BF16 runs (:class:`Reference`), recorded done or pruned with at least one step (a run
-    stopped by hand holds valid steps up to its stop), whatever their results version."""
+    stopped by hand holds valid steps up to its stop), whatever their results version; never
+    a pilot seed's (the thresholds are not re-tuned on the pilot)."""
     if runs.empty:
         return runs
 
@@ -95,6 +131,7 @@ def bf16_reference(runs: pd.DataFrame, reference: Reference = Reference()) -> pd
 
     keep = (
         runs["status"].isin(["done", "pruned"])
+        & ~pilot_seed(runs)
         & runs["last_step"].notna()
         & (col("task") == "train")
         & (col("granularity.training") == "bf16")
@@ -259,3 +296,408 @@ def run_failure(
         return Failure(False, None, None, until)
     step, _, endpoint = min(found)
     return Failure(True, step, endpoint, until)
+
+
+# --- The pilot and the rule that picks the study's regime --------------------------------
+
+#: The protocol's file (the pilot report checks that it precedes the pilot's runs).
+FRONTIER_PROTOCOL = "docs/study/frontier_protocol.md"
+#: The committed experiments holding the reference BF16 runs (never the pilot's).
+REFERENCE_EXPERIMENTS = ("table2", "bf16_search")
+#: Held-out responses of one pilot evaluation: 1,200 items x 4 samples.
+PILOT_RESPONSES = 1200 * 4
+
+
+@dataclass(frozen=True, order=True)
+class Setting:
+    """A combination of the pilot's lever levels 1 and 3 (lever 2, the length, is read
+    from every run): learning rate, sampling temperature, SFT steps of the base."""
+
+    lr: float
+    temperature: float
+    sft_steps: int
+
+    @property
+    def label(self) -> str:
+        return f"lr {self.lr:.1e}, T {self.temperature:.1f}, base {self.sft_steps}"
+
+
+@dataclass(frozen=True)
+class Point:
+    """A :class:`Setting` read at one length (RL steps)."""
+
+    setting: Setting
+    length: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.setting.label}, {self.length} steps"
+
+
+@dataclass(frozen=True)
+class PilotDesign:
+    """The pilot's levers and levels, arms and seeds (docs/study/frontier_protocol.md,
+    "Levers and levels"), and the Table-2 study's setting the rule's last tie-breaks lean
+    to. ``settings``: where BF16 and plain E4M3 run (lever 1's three learning rates at the
+    centre's temperature and base, lever 3's other levels at the centre's lr); the dose arms
+    run at ``centre`` only."""
+
+    centre: Setting = Setting(1.7e-4, 1.0, 1200)
+    settings: tuple[Setting, ...] = (
+        Setting(1e-4, 1.0, 1200),
+        Setting(1.7e-4, 1.0, 1200),
+        Setting(3e-4, 1.0, 1200),
+        Setting(1.7e-4, 1.2, 1200),
+        Setting(1.7e-4, 1.0, 900),
+    )
+    lengths: tuple[int, ...] = (100, 200)
+    seeds: tuple[int, ...] = (100, 101)
+    eval_every: int = 20
+    baseline: str = "BF16"
+    plain: str = "Rowwise FP8"  # "plain E4M3": rowwise FP8 training and channel rollout
+    dose: tuple[str, ...] = ("MXFP8", "MXFP6 E3M2", "MXFP4")  # E4M3, E3M2, E2M1, MX 1x32
+    gentlest_check: str = "MXFP4"  # "MX groups prove too gentle" if this never fails
+    table2_temperature: float = 1.0
+    table2_sft_steps: int = 1200
+
+    def lever_of(self, setting: Setting) -> str:
+        """Which lever a setting varies from the centre (``centre`` for the centre)."""
+        c = self.centre
+        if setting == c:
+            return "centre"
+        if (setting.temperature, setting.sft_steps) == (c.temperature, c.sft_steps):
+            return "1 learning rate"
+        if (setting.lr, setting.sft_steps) == (c.lr, c.sft_steps):
+            return "3a sampling temperature"
+        if (setting.lr, setting.temperature) == (c.lr, c.temperature):
+            return "3b SFT base"
+        return "outside the levels"
+
+    def in_design(self, arm: str, seed: object, setting: Setting) -> bool:
+        """Whether a run of ``arm`` and ``seed`` at ``setting`` is one of the pilot's."""
+        if seed not in self.seeds:
+            return False
+        if arm in (self.baseline, self.plain):
+            return setting in self.settings
+        return arm in self.dose and setting == self.centre
+
+    def n_evals(self, length: int) -> int:
+        """Evaluations up to ``length``, step 0 included (11 at 200, 6 at 100)."""
+        return length // self.eval_every + 1
+
+
+#: The protocol's pilot.
+PILOT_DESIGN = PilotDesign()
+
+
+def reference_thresholds(
+    source: RunStore | Path | str,
+    *,
+    n_evals: int,
+    responses: int = PILOT_RESPONSES,
+    window: int = 5,
+    experiments: Sequence[str] = REFERENCE_EXPERIMENTS,
+    reference: Reference = Reference(),
+) -> tuple[FailureThresholds, pd.DataFrame]:
+    """The thresholds from the reference BF16 runs of ``experiments`` under ``source`` (the
+    protocol's: never the pilot's), and the reference runs' statistics (with ``experiment``,
+    ``seed`` and ``lr`` columns) they came from."""
+    stats = []
+    for experiment in experiments:
+        runs = bf16_reference(runs_frame(source, experiment), reference)
+        if runs.empty:
+            continue
+        metrics = metrics_frame(source, experiment, runs, metrics=[ENTROPY])
+        frame = reference_statistics(metrics, eval_frame(source, experiment, runs), window)
+        lr = runs[["run_id", "seed"]].assign(lr=config_column(runs, "train.lr"))
+        stats.append(frame.merge(lr, on="run_id").assign(experiment=experiment))
+    table = pd.concat(stats, ignore_index=True) if stats else pd.DataFrame()
+    found = failure_thresholds(table, n_evals=n_evals, responses=responses, window=window)
+    return found, table
+
+
+def pilot_thresholds(
+    source: RunStore | Path | str,
+    design: PilotDesign = PILOT_DESIGN,
+    *,
+    responses: int = PILOT_RESPONSES,
+    window: int = 5,
+) -> dict[int, FailureThresholds]:
+    """:func:`reference_thresholds` for each of the pilot's lengths (the drawdown threshold
+    for that length's evaluations: ``n = 11`` at 200 steps, 6 at 100, as the protocol says)."""
+    return {
+        length: reference_thresholds(
+            source, n_evals=design.n_evals(length), responses=responses, window=window
+        )[0]
+        for length in design.lengths
+    }
+
+
+def _curve(frame: pd.DataFrame) -> list[tuple[int, float]]:
+    return [(int(s), float(v)) for s, v in zip(frame["step"], frame["value"], strict=True)]
+
+
+def _at_or_before(curve: Sequence[tuple[int, float]], step: int) -> float:
+    """The value at the last point of ``curve`` at or before ``step`` (NaN if none)."""
+    found = [v for s, v in sorted(curve) if s <= step]
+    return found[-1] if found else math.nan
+
+
+#: The columns of :func:`pilot_outcomes`.
+OUTCOME_COLUMNS = [
+    "run_id", "arm", "seed", "lr", "temperature", "sft_steps", "lever", "in_design", "state",
+    "judged", "last_step", "length", "read", "failed", "failure_step", "endpoint", "base_acc",
+    "end_acc", "surge_ratio", "garbled_max", "drawdown",
+]  # fmt: skip
+
+
+def pilot_outcomes(
+    runs: pd.DataFrame,
+    metrics: pd.DataFrame,
+    evals: pd.DataFrame,
+    thresholds: Mapping[int, FailureThresholds],
+    design: PilotDesign = PILOT_DESIGN,
+) -> pd.DataFrame:
+    """One row per pilot run and length of ``design`` (:data:`OUTCOME_COLUMNS`): its
+    setting, whether it is ``in_design`` (a pilot seed of ``design``, its arm at one of its
+    settings: BF16 and plain E4M3 at ``settings``, the dose arms at the centre; any other run
+    is listed, never counted), whether it is ``judged`` (recorded done or pruned, current
+    results version), and at that length whether it is ``read`` (in the design, judged, and
+    either failed by then or ran that far; a run stopped earlier that has not failed is not
+    read there), ``failed`` with its
+    ``failure_step`` and ``endpoint`` (:func:`run_failure` with that length's thresholds),
+    the step-0 and end-of-length held-out accuracy (the last evaluation at or before the
+    length) and the endpoints' statistics up to the length."""
+    rows = []
+    if runs.empty:
+        return pd.DataFrame(columns=OUTCOME_COLUMNS)
+    settings = list(
+        zip(
+            config_column(runs, "train.lr"),
+            config_column(runs, "rollout.temperature"),
+            config_column(runs, "model.sft.steps"),
+            strict=True,
+        )
+    )
+    for r, (lr, temperature, sft) in zip(runs.itertuples(), settings, strict=True):
+        setting = Setting(float(lr), float(temperature), int(sft))
+        judged = r.status in ("done", "pruned") and not r.stale and not pd.isna(r.last_step)
+        in_design = design.in_design(r.arm, r.seed, setting)
+        ent = _curve(metrics[(metrics["run_id"] == r.run_id) & (metrics["metric"] == ENTROPY)])
+        ev = evals[(evals["run_id"] == r.run_id) & (evals["family"] == "all")]
+        acc = _curve(ev[ev["stat"] == "acc/mean"])
+        garbled = _curve(ev[ev["stat"] == "garbled/mean"])
+        last = int(r.last_step) if not pd.isna(r.last_step) else 0
+        for length in design.lengths:
+            fail = run_failure(ent, acc, garbled, thresholds[length], until=length)
+            upto = [(s, v) for s, v in acc if s <= length]
+            gar = [v for s, v in garbled if 0 < s <= length]
+            rows.append(
+                {
+                    "run_id": r.run_id, "arm": r.arm, "seed": r.seed, "lr": setting.lr,
+                    "temperature": setting.temperature, "sft_steps": setting.sft_steps,
+                    "lever": design.lever_of(setting), "in_design": in_design,
+                    "state": r.state, "judged": judged, "last_step": last, "length": length,
+                    "read": in_design and judged and (fail.failed or last >= length),
+                    "failed": judged and fail.failed,
+                    "failure_step": fail.step if judged else None,
+                    "endpoint": fail.endpoint if judged else None,
+                    "base_acc": _at_or_before(acc, 0), "end_acc": _at_or_before(acc, length),
+                    "surge_ratio": surge_ratio(
+                        [v for s, v in ent if s <= length], thresholds[length].surge_window
+                    ),
+                    "garbled_max": max(gar) if gar else math.nan,
+                    "drawdown": drawdown([v for _, v in sorted(upto)]),
+                }
+            )  # fmt: skip
+    return pd.DataFrame(rows, columns=OUTCOME_COLUMNS)
+
+
+def median_time_to_failure(steps: Sequence[int | None]) -> float:
+    """The median over runs of the step of failure, a run that did not fail (None) counted
+    as failing after every run that did (at infinity): with an even count the mean of the
+    middle two, so a median that a censored run enters is infinite ("not reached"); NaN
+    without runs."""
+    if not steps:
+        return math.nan
+    times = sorted(math.inf if s is None or pd.isna(s) else float(s) for s in steps)
+    mid = len(times) // 2
+    return times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
+
+
+@dataclass(frozen=True)
+class PointOutcome:
+    """The regime rule's view of one :class:`Point`: BF16's and plain E4M3's runs read
+    there, their failures, BF16's mean held-out accuracy at step 0 and at the length,
+    plain E4M3's median time to failure (:func:`median_time_to_failure`), and whether the
+    point is eligible (rule 1) with the reason."""
+
+    point: Point
+    bf16_runs: int
+    bf16_failed: int
+    bf16_base: float
+    bf16_end: float
+    plain_runs: int
+    plain_failed: int
+    plain_median_ttf: float
+    eligible: bool
+    why: str
+
+
+def _read(outcomes: pd.DataFrame, arm: str, setting: Setting, length: int) -> pd.DataFrame:
+    o = outcomes
+    return o[
+        (o["arm"] == arm)
+        & (o["lr"] == setting.lr)
+        & (o["temperature"] == setting.temperature)
+        & (o["sft_steps"] == setting.sft_steps)
+        & (o["length"] == length)
+        & o["read"].astype(bool)
+    ]
+
+
+def point_outcomes(
+    outcomes: pd.DataFrame, design: PilotDesign = PILOT_DESIGN
+) -> list[PointOutcome]:
+    """Rule 1 at every point of ``design`` (its settings x lengths, in that order), from
+    :func:`pilot_outcomes`. Eligible: BF16 read in every pilot seed (``0 of 2`` needs both),
+    failing in none, and its mean accuracy at the length not below its mean at step 0."""
+    found = []
+    n = len(design.seeds)
+    for setting in design.settings:
+        for length in design.lengths:
+            b = _read(outcomes, design.baseline, setting, length)
+            p = _read(outcomes, design.plain, setting, length)
+            base, end = float(b["base_acc"].mean()), float(b["end_acc"].mean())
+            failed = int(b["failed"].sum())
+            if len(b) < n:
+                why = f"BF16 read in {len(b)} of the {n} seeds"
+            elif failed:
+                why = f"BF16 fails in {failed} of {len(b)}"
+            elif not end >= base:  # NaN (no evaluation) is not eligible either
+                why = f"BF16 loses accuracy ({100 * base:.1f} -> {100 * end:.1f} points)"
+            else:
+                why = f"BF16 stable and learns ({100 * base:.1f} -> {100 * end:.1f} points)"
+            found.append(
+                PointOutcome(
+                    Point(setting, length), len(b), failed, base, end, len(p),
+                    int(p["failed"].sum()),
+                    median_time_to_failure(list(p["failure_step"])) if len(p) else math.nan,
+                    eligible=len(b) == n and not failed and end >= base, why=why,
+                )
+            )  # fmt: skip
+    return found
+
+
+@dataclass(frozen=True)
+class Regime:
+    """What the rule chose: the ``point`` (None: no regime, part 5), the ``rule`` step
+    that chose it (2: plain E4M3 fails at an eligible point; 3: only the dose lever does,
+    at the centre; 4: no regime), why, and the study's dose-series scaling (``mx`` or
+    ``rowwise``: "MX groups prove too gentle") with why."""
+
+    point: Point | None
+    rule: int
+    reason: str
+    scaling: str | None
+    scaling_reason: str
+
+    @property
+    def found(self) -> bool:
+        return self.point is not None
+
+    @property
+    def text(self) -> str:
+        if self.point is None:
+            return f"**No regime** (rule 4): {self.reason}"
+        return (
+            f"**Regime: {self.point.label}** (rule {self.rule}): {self.reason}. "
+            f"Dose series: {self.scaling_reason}"
+        )
+
+
+def _tie_key(p: PointOutcome, design: PilotDesign) -> tuple[float, ...]:
+    """Rule 2's order after the failure count: the earlier median time to failure, then
+    the setting nearer the Table-2 study's (lower lr, T nearer its 1.0, the base nearer its
+    1200 steps, the shorter length)."""
+    s = p.point.setting
+    return (
+        p.plain_median_ttf,
+        s.lr,
+        abs(s.temperature - design.table2_temperature),
+        abs(s.sft_steps - design.table2_sft_steps),
+        p.point.length,
+    )
+
+
+def _count(outcomes: pd.DataFrame, arm: str, setting: Setting, length: int) -> tuple[int, int]:
+    mine = _read(outcomes, arm, setting, length)
+    return int(mine["failed"].sum()), len(mine)
+
+
+def _dose_scaling(outcomes: pd.DataFrame, design: PilotDesign, length: int) -> tuple[str, str]:
+    """The study's dose-series scaling: rowwise if at the centre ``gentlest_check`` (MXFP4)
+    fails in 0 of the pilot's seeds (all read) while plain E4M3 fails in at least one, at
+    the chosen length; MX 1 x 32 otherwise."""
+    c, n = design.centre, len(design.seeds)
+    mx_failed, mx_read = _count(outcomes, design.gentlest_check, c, length)
+    e4_failed, e4_read = _count(outcomes, design.plain, c, length)
+    where = (
+        f"at the centre, {length} steps: {design.gentlest_check} fails in {mx_failed} of "
+        f"{mx_read}, {design.plain} in {e4_failed} of {e4_read}"
+    )
+    if mx_read == n and mx_failed == 0 and e4_failed >= 1:
+        return (
+            "rowwise",
+            f"E4M3 -> E3M2 -> E2M1 in rowwise scaling (MX groups prove too gentle: {where})",
+        )
+    return "mx", f"MX 1 x 32 with power-of-two scales, the issue's default ({where})"
+
+
+def choose_regime(outcomes: pd.DataFrame, design: PilotDesign = PILOT_DESIGN) -> Regime:
+    """The protocol's rule ("The rule that picks the study's regime") on
+    :func:`pilot_outcomes`, step by step:
+
+    1. eligible points (:func:`point_outcomes`);
+    2. among them the one where plain E4M3 fails most, ties to the earlier median time to
+       failure, then the setting nearer the Table-2 study's (:func:`_tie_key`);
+    3. if no eligible point has a plain-E4M3 failure: the centre, if a dose format fails in
+       at least one run at a length where the centre is eligible, at the length with the
+       most dose failures (summed over the formats; ties: the shorter);
+    4. otherwise no regime.
+    """
+    points = point_outcomes(outcomes, design)
+    eligible = [p for p in points if p.eligible]
+    failing = [p for p in eligible if p.plain_failed > 0]
+    if failing:
+        best = min(failing, key=lambda p: (-p.plain_failed, *_tie_key(p, design)))
+        ttf = "not reached" if math.isinf(best.plain_median_ttf) else f"{best.plain_median_ttf:g}"
+        reason = (
+            f"BF16 fails in 0 of {best.bf16_runs} and learns ({100 * best.bf16_base:.1f} -> "
+            f"{100 * best.bf16_end:.1f} points); plain E4M3 fails in {best.plain_failed} of "
+            f"{best.plain_runs} (median time to failure {ttf}), the most of the "
+            f"{len(eligible)} eligible points"
+        )
+        return Regime(best.point, 2, reason, *_dose_scaling(outcomes, design, best.point.length))
+    centre = [p for p in eligible if p.point.setting == design.centre]
+    dosed = []
+    for p in centre:
+        counts = [_count(outcomes, arm, design.centre, p.point.length) for arm in design.dose]
+        if any(f >= 1 for f, _ in counts):
+            dosed.append((p, sum(f for f, _ in counts), sum(n for _, n in counts)))
+    if dosed:
+        best, failed, read = min(dosed, key=lambda d: (-d[1], d[0].point.length))
+        reason = (
+            f"no eligible point has a plain-E4M3 failure; at the centre (eligible: BF16 fails "
+            f"in 0 of {best.bf16_runs}) the dose formats fail in {failed} of {read} runs"
+        )
+        return Regime(best.point, 3, reason, *_dose_scaling(outcomes, design, best.point.length))
+    if not eligible:
+        reason = "no point is eligible: " + "; ".join(f"{p.point.label}: {p.why}" for p in points)
+    else:
+        names = ", ".join(p.point.label for p in eligible)
+        reason = (
+            f"{len(eligible)} eligible point(s) ({names}), at none of which plain E4M3 "
+            "fails, and no dose format fails at an eligible centre"
+        )
+    return Regime(None, 4, reason, None, "no study: the search is the result (part 5)")

@@ -18,6 +18,13 @@ Three frames, all keyed by ``run_id``:
 
 ``runs_frame`` also carries ``wall_s``, each run's last attempt from start to finish.
 
+**Pilot seeds never reach a study table.** A pilot's seeds are :data:`FIRST_PILOT_SEED`
+and up (docs/study/frontier_protocol.md), disjoint from every study's. ``runs_frame`` lists
+such a run with ``usable = False`` and a ``state`` that says so, whatever experiment it is
+in, so no table, figure or verdict built on ``usable`` counts it; only the pilot's own
+report asks for them (``pilot_seeds=True``). :func:`pilot_seed` marks them for readers that
+select runs by ``status`` instead (the BF16 reference, the fixed-bounds control).
+
 Every run of the experiment is listed, whatever its state: a run in progress, failed,
 pruned, damaged or of another results version appears with ``usable = False`` and a
 ``state`` saying why, so a table can say so in its cell and build the rest.
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -50,12 +58,14 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "EVAL_NAME",
+    "FIRST_PILOT_SEED",
     "IN_LOOP",
     "as_store",
     "config_column",
     "eval_frame",
     "items_label",
     "metrics_frame",
+    "pilot_seed",
     "run_state",
     "runs_frame",
     "wall_seconds",
@@ -65,6 +75,22 @@ __all__ = [
 EVAL_NAME = re.compile(r"^(?P<section>val-core|val-aux)/(?P<family>[^/]+)/(?P<stat>.+)@(?P<k>\d+)$")
 #: The ``engine`` of ``eval.jsonl``'s rows: the backend's in-loop evaluator.
 IN_LOOP = "in-loop"
+#: A pilot's seeds start here (docs/study/frontier_protocol.md: 100 and up); a study's are
+#: below it.
+FIRST_PILOT_SEED = 100
+
+
+def _is_pilot_seed(seed: Any) -> bool:
+    if not isinstance(seed, numbers.Real) or isinstance(seed, bool) or math.isnan(seed):
+        return False
+    return seed >= FIRST_PILOT_SEED
+
+
+def pilot_seed(runs: pd.DataFrame) -> pd.Series:
+    """Per row of a :func:`runs_frame`: whether its seed is a pilot's (never in a study
+    table)."""
+    seeds = runs["seed"] if "seed" in runs else pd.Series([None] * len(runs), index=runs.index)
+    return seeds.map(_is_pilot_seed).astype(bool)
 
 
 def as_store(source: RunStore | Path | str) -> RunStore:
@@ -153,17 +179,25 @@ def _span(levels: list[int]) -> str:
     return ", ".join(map(str, levels))
 
 
-def runs_frame(source: RunStore | Path | str, experiment: str) -> pd.DataFrame:
-    """One row per run of ``experiment`` (see the module docstring); empty if none."""
+def runs_frame(
+    source: RunStore | Path | str, experiment: str, *, pilot_seeds: bool = False
+) -> pd.DataFrame:
+    """One row per run of ``experiment`` (see the module docstring); empty if none. A run
+    with a pilot's seed is unusable unless ``pilot_seeds`` (the pilot's own report)."""
     store = as_store(source)
     rows = []
     for info in store.list_runs(experiment):
         record = info.to_record()
+        seed = info.config.get("seed")
+        usable = info.status is RunStatus.DONE and not info.stale
+        state = run_state(info)
+        if _is_pilot_seed(seed) and not pilot_seeds:
+            usable, state = False, f"pilot seed {seed}: never in a study table ({state})"
         record.update(
-            state=run_state(info),
-            usable=info.status is RunStatus.DONE and not info.stale,
+            state=state,
+            usable=usable,
             arm=arm_of(info.config),
-            seed=info.config.get("seed"),
+            seed=seed,
             planned_steps=_planned_steps(info.config),
             items=items_label(info.config),
             wall_s=wall_seconds(info.status_record),

@@ -40,6 +40,14 @@ ARM_CONFIGS: dict[str, dict[str, Any]] = {
         "granularity": {"training": "rowwise", "rollout": "channel"},
         "clipping": {"mode": "standard", "loss": "fp8rl_cispo"},
     },
+    # the frontier pilot's dose lever: MX recipes of the registry, BF16 rollout
+    **{
+        label: {
+            "granularity": {"training": name, "rollout": None},
+            "clipping": {"mode": "standard"},
+        }
+        for name, label in (("mxfp8", "MXFP8"), ("mxfp6_e3m2", "MXFP6 E3M2"), ("mxfp4", "MXFP4"))
+    },
 }
 
 

@@ -1,0 +1,67 @@
+"""make frontier-pilot-report: the stability-frontier pilot's report from results/.
+
+    python analysis/frontier_pilot_report.py [--source results] [--out docs/reports/frontier_pilot]
+        [--export-from runs]
+
+Reads the pilot's runs (experiment ``frontier_pilot``, exported into
+``<source>/frontier_pilot``), its failure thresholds from the committed BF16 reference runs
+of the same folder (``table2``, ``bf16_search``; never the pilot's), and the commit that
+added docs/study/frontier_protocol.md from git; writes the report folder
+(fp8rl.analysis.frontier_report.write_pilot_report) and prints the protocol check and the
+regime verdict. ``--export-from`` first exports the pilot's finished runs from that run store
+into ``--source`` (fp8rl.analysis.export). Paths are the repository's; with no pilot run yet
+the report says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from analysis.study_protocol import protocol_commit  # noqa: E402
+from fp8rl.analysis.export import export_experiment  # noqa: E402
+from fp8rl.analysis.frontier import FRONTIER_PROTOCOL, pilot_thresholds  # noqa: E402
+from fp8rl.analysis.frontier_report import PILOT_EXPERIMENT, write_pilot_report  # noqa: E402
+
+#: How the pilot's runs are made and exported, and this report regenerated.
+COMMANDS = (
+    *(
+        f"python sweep.py +experiment=frontier_pilot_{lever} hydra/launcher=parallel"
+        for lever in ("lr", "dose", "temperature", "base")
+    ),
+    'make frontier-pilot-report ARGS="--export-from runs"',
+)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--source", default="results", help="a results/ folder or a run store")
+    ap.add_argument("--out", default=f"docs/reports/{PILOT_EXPERIMENT}")
+    ap.add_argument("--export-from", default=None, help="export from this run store first")
+    args = ap.parse_args()
+    os.chdir(REPO)  # the report names its store relative to the repository
+    if args.export_from:
+        print(export_experiment(args.export_from, PILOT_EXPERIMENT, args.source).text())
+    try:
+        thresholds = pilot_thresholds(args.source)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"frontier-pilot-report: no thresholds: {exc}", file=sys.stderr)
+        return 1
+    report = write_pilot_report(
+        args.source,
+        args.out,
+        thresholds,
+        protocol=protocol_commit(FRONTIER_PROTOCOL),
+        commands=COMMANDS,
+    )
+    print(report.summary_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

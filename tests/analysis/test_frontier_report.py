@@ -1,0 +1,71 @@
+"""The frontier pilot's report (fp8rl.analysis.frontier_report): on a synthetic pilot whose
+regime is worked out by hand (tests/helpers/pilot_store.py, scenario A: the centre at 200
+steps), every run listed with its endpoints, the verdict, byte-identical on regeneration;
+on a store without pilot runs it says so instead of crashing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pilot_store import PILOT, hand_thresholds, scenario_a
+
+from fp8rl.analysis.frontier_report import write_pilot_report
+from fp8rl.runs import RunStore
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def pilot_store(tmp_path_factory) -> RunStore:
+    store = RunStore(tmp_path_factory.mktemp("results"))
+    scenario_a().write(store)
+    return store
+
+
+def test_the_report_lists_every_run_and_the_regime_and_regenerates_byte_identically(
+    pilot_store, tmp_path
+) -> None:
+    first = write_pilot_report(pilot_store, tmp_path / "a", hand_thresholds(), protocol=None)
+    again = write_pilot_report(pilot_store, tmp_path / "b", hand_thresholds(), protocol=None)
+    a, b = _files(tmp_path / "a"), _files(tmp_path / "b")
+    assert sorted(a) == [
+        "README.md", "figures/pilot_curves.pdf", "figures/pilot_curves.png",
+        "figures/pilot_time_to_failure.pdf", "figures/pilot_time_to_failure.png", "outcomes.csv",
+    ]  # fmt: skip
+    assert a == b
+    text = a["README.md"].decode()
+    assert first.regime is not None and first.regime == again.regime
+    assert "**Regime: lr 1.7e-04, T 1.0, base 1200, 200 steps** (rule 2)" in text
+    assert "E4M3 -> E3M2 -> E2M1 in rowwise scaling (MX groups prove too gentle" in text
+    assert "WARNING: the protocol docs/study/frontier_protocol.md is not committed" in text
+    for run_id in first.outcomes["run_id"].unique():
+        assert f"`{run_id}`" in text
+    # the centre's E4M3 runs: drawdown at 120 and garbled at 160 (not read at 100)
+    centre = first.outcomes.query("arm == 'Rowwise FP8' and lr == 1.7e-4 and temperature == 1.0")
+    centre = centre.query("sft_steps == 1200 and length == 200").sort_values("seed")
+    assert centre["endpoint"].tolist() == ["drawdown", "garbled"]
+    assert "| drawdown at 120 |" in text and "| garbled at 160 |" in text
+    # each lever's effect on BF16 and on E4M3: T 1.2 makes BF16 lose 2 points, E4M3 fail 2/2
+    row = "| 3a sampling temperature | T 1.2 | BF16 | 0/2 | -1.0 | 0/2 | -2.0 | 1.00 | 0.0 | 2.0 |"
+    assert row in text
+    assert "| 3a sampling temperature | T 1.2 | Rowwise FP8 | 2/2 |" in text
+    assert (tmp_path / "a" / "outcomes.csv").read_text().count("\n") == 1 + 2 * 26
+
+
+def test_without_pilot_runs_the_report_says_so(tmp_path) -> None:
+    store = RunStore(tmp_path / "results")
+    store.root.mkdir()
+    report = write_pilot_report(store, tmp_path / "out", hand_thresholds(), protocol=None)
+    text = (tmp_path / "out" / "README.md").read_text()
+    assert report.regime is None and not report.figures
+    assert (
+        f"**No pilot run yet.** The store `{store.root.as_posix()}` holds no run of `{PILOT}`"
+        in text
+    )
+    assert "no pilot runs" in text
+    assert sorted(_files(tmp_path / "out")) == ["README.md", "outcomes.csv"]
