@@ -404,7 +404,30 @@ def write_pilot_report(
     for fig in figures:
         paths += F.save_figure(fig, out / "figures")
     atomic_write_text(out / "outcomes.csv", outcomes.to_csv(index=False))
-    root = store.root.as_posix()
+    lines = _report_lines(
+        store.root.as_posix(), experiment, check, commands, regime, thresholds, points,
+        outcomes, design, figures, has_runs=bool(len(runs)),
+    )  # fmt: skip
+    atomic_write_text(out / "README.md", "\n".join(lines))
+    logger.info("pilot report written to %s", out)
+    return PilotReport(out, outcomes, points, regime, check, paths)
+
+
+def _report_lines(
+    root: str,
+    experiment: str,
+    check: ProtocolCheck,
+    commands: Sequence[str],
+    regime: Regime | None,
+    thresholds: Mapping[int, FailureThresholds],
+    points: pd.DataFrame,
+    outcomes: pd.DataFrame,
+    design: PilotDesign,
+    figures: list[F.Figure],
+    *,
+    has_runs: bool,
+) -> list[str]:
+    """The README's Markdown lines of :func:`write_pilot_report`."""
     lines = [
         "# The stability-frontier pilot (issue 33): runs, failure endpoints, the regime",
         "",
@@ -457,7 +480,7 @@ def write_pilot_report(
         "largest drawdown (points). Lever 2 (run length) is the pair of columns per length; "
         "lever 4 is the dose table above.",
         "",
-        markdown_table(lever_effects(outcomes, design)) if len(runs) else "no pilot runs",
+        markdown_table(lever_effects(outcomes, design)) if has_runs else "no pilot runs",
         "",
         "## Figures",
         "",
@@ -478,6 +501,4 @@ def write_pilot_report(
         _runs_markdown(outcomes, design) if len(outcomes) else "no pilot runs",
         "",
     ]
-    atomic_write_text(out / "README.md", "\n".join(lines))
-    logger.info("pilot report written to %s", out)
-    return PilotReport(out, outcomes, points, regime, check, paths)
+    return lines
