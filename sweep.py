@@ -68,6 +68,7 @@ if (
           file=sys.stderr, flush=True)  # fmt: skip
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -95,6 +96,7 @@ from fp8rl.experiments.backends import resolve_run
 from fp8rl.experiments.compose import Composer, with_world_scale
 from fp8rl.experiments.dispatch import run_one
 from fp8rl.experiments.grid import GridPlan, one_line
+from fp8rl.experiments.hydra_help import HELP_FLAGS, one_repository_for_help
 from fp8rl.experiments.lm_eval_stage import StageJob, plan_stage, run_stage, stage_table
 from fp8rl.experiments.outcome import (
     EXIT_DONE,
@@ -451,8 +453,12 @@ def run_grid_or_run(args: HarnessArgs) -> int:
         # Hydra reads the command line without our flags (sweeps/ is on its search path
         # through config.yaml's hydra.searchpath); its parser would refuse them.
         sys.argv = [sys.argv[0], *with_world_scale(args.rest)]  # a tiny model's scale
+        # Hydra's help lists every config group through about a hundred copies of its
+        # config repository; one copy gives the same text in a fraction of the time.
+        helps = any(a.split("=")[0] in HELP_FLAGS for a in args.rest)
         try:
-            main()
+            with one_repository_for_help() if helps else contextlib.nullcontext():
+                main()
         except GridStop as stop:
             retry = ""
             if isinstance(stop, GridFailed) and stop.flags:

@@ -97,11 +97,52 @@ def test_the_compute_cap_message_loads_no_torch(tmp_path: Path) -> None:
     assert heavy == []
 
 
-def test_help_loads_no_torch(tmp_path: Path) -> None:
-    out, heavy = _run(tmp_path, "--help")
+def _groups_by_hydras_loader(hydra_groups: bool) -> list[str]:
+    """``group: option, ...`` for every group of the experiment tree that Hydra's own config
+    loader finds (walked the way Hydra's help walks it, without a config name, so the
+    ``sweep`` group of sweeps/ is not among them, as in Hydra's help), either Hydra's
+    groups or the app's."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.object_type import ObjectType
+
+    from fp8rl.experiments.compose import Composer
+
+    def walk(loader, parent: str) -> list[tuple[str, list[str]]]:
+        found = []
+        for child in loader.list_groups(parent):
+            group = f"{parent}/{child}" if parent else child
+            options = loader.get_group_options(group, ObjectType.CONFIG)
+            found += [(group, options)] if options else []
+            found += walk(loader, group)
+        return found
+
+    with Composer():
+        groups = walk(GlobalHydra.instance().config_loader(), "")
+    return [
+        f"{group}: {', '.join(sorted(options))}"
+        for group, options in sorted(groups)
+        if (group == "hydra" or group.startswith("hydra/")) == hydra_groups
+    ]
+
+
+def _listed_groups(help_text: str) -> list[str]:
+    """The lines of a help's *Configuration groups* section (after its one-line intro)."""
+    section = help_text.split("== Configuration groups ==\n", 1)[1].split("\n", 2)[2]
+    return section.split("\n\n", 1)[0].splitlines()
+
+
+@pytest.mark.parametrize(
+    ("flag", "a_line"),
+    [("--help", "granularity: bf16, blockwise, fp16,"), ("--hydra-help", "hydra/sweeper: basic")],
+)
+def test_help_lists_every_group_and_loads_no_torch(tmp_path: Path, flag: str, a_line: str) -> None:
+    """Every option of every group Hydra's loader finds (fp8rl.experiments.hydra_help
+    shares one copy of the config repository among the help's listings)."""
+    out, heavy = _run(tmp_path, flag)
     assert out.returncode == 0, out.stderr
-    assert "== Configuration groups ==" in out.stdout
-    assert "granularity: bf16, blockwise, fp16," in out.stdout
+    listed = _listed_groups(out.stdout)
+    assert listed == _groups_by_hydras_loader(hydra_groups=flag == "--hydra-help")
+    assert any(line.startswith(a_line) for line in listed)
     assert heavy == []
 
 
