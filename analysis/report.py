@@ -2,13 +2,17 @@
 
     python analysis/report.py [--experiment table2_default] [--source results]
         [--out docs/reports/<experiment>] [--export-from runs] [--readme README.md]
+        [--results-version N]
 
 --export-from first exports the experiment's finished runs from that run store into
 --source (fp8rl.analysis.export); --readme rewrites that README's Table-2 block from the
 report. --experiment table2 (the pre-registered study; or --study for another experiment)
 adds the study's endpoints, verdicts and the protocol-precedes-runs check, reading the
-protocol's commit from git. Every table and figure in the folder comes from
-fp8rl.analysis.report.write_report; nothing in it is edited by hand.
+protocol's commit from git. --results-version reads the runs as of that results version
+(default: the code's current one), so a committed results/ folder made under an older
+version is regenerated with its own (the committed reports: version 4), not reported
+stale. Every table and figure in the folder comes from fp8rl.analysis.report.write_report;
+nothing in it is edited by hand.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from fp8rl.analysis.export import export_experiment  # noqa: E402
 from fp8rl.analysis.report import readme_section, update_readme, write_report  # noqa: E402
 from fp8rl.analysis.reproduce import SIZES, STUDY_PROTOCOL, plan_table2  # noqa: E402
 from fp8rl.analysis.study_report import StudySpec  # noqa: E402
+from fp8rl.runs import RESULTS_VERSION, RunStore  # noqa: E402
 
 
 def main() -> int:
@@ -44,6 +49,12 @@ def main() -> int:
         action="store_true",
         help=f"add the pre-registered study's part (default for --experiment {SIZES['full']})",
     )
+    ap.add_argument(
+        "--results-version",
+        type=int,
+        default=RESULTS_VERSION,
+        help=f"read the runs as of this results version (default {RESULTS_VERSION}, the current)",
+    )
     args = ap.parse_args()
     if args.export_from:
         print(export_experiment(args.export_from, args.experiment, args.source).text())
@@ -57,9 +68,10 @@ def main() -> int:
         size = sizes[args.experiment]
         texts = report_texts(size, plan_table2(size).commands)
     try:
-        report = write_report(
-            args.source, args.experiment, out, paper=args.paper, study=study, **texts
-        )
+        if not Path(args.source).is_dir():
+            raise FileNotFoundError(f"no run store at {args.source}: run or export it first")
+        source = RunStore(args.source, results_version=args.results_version)
+        report = write_report(source, args.experiment, out, paper=args.paper, study=study, **texts)
     except FileNotFoundError as exc:
         print(f"report: {exc}", file=sys.stderr)
         return 1

@@ -1,16 +1,34 @@
-"""The report's figures (matplotlib, Agg), one style, readable in greyscale.
+"""The report's figures (matplotlib, Agg): small multiples, readable in greyscale.
 
 Every function takes frames from :mod:`fp8rl.analysis.load` and returns a
-:class:`Figure`: the matplotlib figure and the tidy frame it plotted (``arm, step, value``
-and the like), so a test can check that what is drawn is what the data say and a notebook
-can show the numbers. Arms keep one look everywhere (:func:`arm_style`): the training
-granularity sets the marker and the shade, Calibrated Clipping a dashed line.
+:class:`Figure`: the matplotlib figure and the tidy frame it plotted (``arm, step, value,
+low, high, n`` and the like), so a test can check that what is drawn is what the data say
+and a notebook can show the numbers.
 
-* :func:`entropy_figure` — token entropy vs step per arm, surges marked.
+**Panels** (:func:`arm_panels`, the paper's manner): one panel per training granularity
+holding BF16, the plain FP8 arm and FP8 + CC; one for the FP8 rollout with BF16 training;
+the controls (BF16 + CC, lower-only CC, other losses, other rollouts) in a panel of their
+own. BF16 is drawn in every panel as the reference. Curves are the mean over an arm's
+usable seeds with a band from the lowest to the highest seed (min–max, drawn where an arm
+has two seeds or more); ``smooth`` > 1 first smooths each seed's curve with a centred
+rolling mean of that many steps (the caption says which). Shares and accuracies are in
+points (100 × the fraction), the unit of every table.
+
+**Look** (:func:`arm_style`, all from the recipe registry, :mod:`fp8rl.numerics.registry`):
+an arm takes its recipe's colour and marker; its role in its panel sets the rest —
+plain arms a filled marker and a solid line, Calibrated-Clipping arms the recipe's CC shade
+(``RecipeDecl.cc_shade``, another lightness), an open marker and a dashed line, the FP8
+rollout its rollout scaling's recipe with an open marker and a dotted line, controls a
+dotted (plain) or dash-dot (CC) line. Within a panel the arms differ in lightness by at
+least :data:`MIN_LIGHTNESS_GAP` and in marker (shape or fill); tests check both. The BF16
+shadow's shares are short horizontal ticks (:data:`SHADOW_MARKER`), a marker no arm has.
+
+* :func:`entropy_figure` — token entropy vs step per arm, surges marked, and its
+  difference from BF16.
 * :func:`clip_share_figure` — share of negative-advantage tokens below the lower bound
-  (and of positive-advantage tokens above the upper one) vs step.
-* :func:`logratio_histogram_figure` — log-ratio histograms per advantage sign, standard and
-  calibrated bounds drawn.
+  (and of positive-advantage tokens above the upper one) vs step, the BF16 shadow beside.
+* :func:`logratio_histogram_figure` — log-ratio histograms per advantage sign and panel,
+  standard and calibrated bounds drawn.
 * :func:`bounds_figure` — the calibrated bounds vs step.
 * :func:`accuracy_figure` — training reward and held-out accuracy vs step.
 * :func:`garbled_figure` — garbled-output share (repeated 4-grams, malformed answers).
@@ -20,7 +38,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,45 +47,138 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.lines import Line2D
 
 from fp8rl.analysis.arms import TABLE2_ARMS
 from fp8rl.analysis.curves import detect_surges
-from fp8rl.numerics.registry import RECIPES
+from fp8rl.numerics.registry import RECIPES, RecipeDecl
 
 __all__ = [
+    "CONTROLS",
+    "MIN_LIGHTNESS_GAP",
+    "ROLLOUT_PANEL",
+    "SHADOW_MARKER",
     "Figure",
     "accuracy_figure",
+    "arm_curves",
+    "arm_panels",
+    "arm_role",
     "arm_style",
     "bounds_figure",
     "clip_share_figure",
     "entropy_difference",
     "entropy_figure",
+    "figure_png",
     "garbled_figure",
     "logratio_histogram_figure",
+    "logratio_histograms",
     "regime_chart",
     "save_figure",
+    "smoothing_window",
 ]
 
-#: The FP8-rollout arm's style (not a training recipe); every recipe's colour (Okabe-Ito,
-#: ordered so neighbouring arms also differ in lightness) and marker is its registry entry.
-_ROLLOUT_STYLE = ("#999999", "x")
+#: The panel of the arms outside the granularity panels.
+CONTROLS = "Controls"
+#: The panel of FP8 rollout + BF16 training.
+ROLLOUT_PANEL = "FP8 rollout"
+#: The least CIE L* difference between two arms of one panel (tested for the shipped arms).
+MIN_LIGHTNESS_GAP = 20.0
+#: The BF16 shadow's marker (a horizontal tick: no recipe's marker).
+SHADOW_MARKER = "_"
+#: The reference arm, drawn in every panel.
+REFERENCE = "BF16"
+_ROLLOUT_ARM = "FP8 rollout + BF16 training"
+
+#: role -> (which shade of the recipe, filled marker, line style); module docstring.
+_ROLE_LOOK: dict[str, tuple[str, bool, str]] = {
+    "reference": ("color", True, "-"),
+    "plain": ("color", True, "-"),
+    "cc": ("cc", False, "--"),
+    "rollout": ("color", False, ":"),
+    "rollout_cc": ("cc", False, "-."),
+    "control": ("color", True, ":"),
+    "control_cc": ("cc", False, "-."),
+}
 
 
-def _family_style(arm: str) -> tuple[str, str]:
-    """Colour and marker of the recipe whose label an arm label starts with (the longest
-    wins; BF16's for anything else)."""
-    if arm.startswith("FP8 rollout"):
-        return _ROLLOUT_STYLE
+@dataclass(frozen=True)
+class _ArmKind:
+    """Where an arm is drawn and how: its recipe, panel (None: every panel) and role."""
+
+    recipe: RecipeDecl
+    panel: str | None
+    role: str
+
+
+def _rollout_recipe(scaling: str) -> RecipeDecl:
+    """The FP8 recipe whose rollout scaling is ``scaling`` (blockwise's for ``block``)."""
+    for decl in RECIPES.values():
+        if decl.is_fp8 and decl.rollout == scaling:
+            return decl
+    return RECIPES["bf16"]
+
+
+def _kind(arm: str) -> _ArmKind:
+    """An arm label's recipe, panel and role (``fp8rl.analysis.arms.arm_of`` writes them)."""
+    cc = "+ CC" in arm
+    if arm.startswith(_ROLLOUT_ARM):
+        rest = arm[len(_ROLLOUT_ARM) :]
+        scaling = "block"
+        if rest.startswith(" (") and " rollout)" in rest:
+            scaling = rest[2 : rest.index(" rollout)")]
+        recipe = _rollout_recipe(scaling)
+        if rest in ("", " + CC (control)"):
+            return _ArmKind(recipe, ROLLOUT_PANEL, "rollout_cc" if cc else "rollout")
+        return _ArmKind(recipe, CONTROLS, "control_cc" if cc else "control")
     for decl in sorted(RECIPES.values(), key=lambda d: -len(d.label)):
         if arm == decl.label or arm.startswith(decl.label + " "):
-            return decl.color, decl.marker
-    return RECIPES["bf16"].color, RECIPES["bf16"].marker
+            rest = arm[len(decl.label) :]
+            if decl.name == "bf16":
+                if rest == "":
+                    return _ArmKind(decl, None, "reference")
+                role = "cc" if rest == " + CC (control)" else "control_cc" if cc else "control"
+                return _ArmKind(decl, CONTROLS, role)
+            if rest in ("", " + CC"):
+                return _ArmKind(decl, decl.style_family, "cc" if cc else "plain")
+            return _ArmKind(decl, CONTROLS, "control_cc" if cc else "control")
+    return _ArmKind(RECIPES["bf16"], CONTROLS, "control_cc" if cc else "control")
+
+
+def arm_role(arm: str) -> str:
+    """``reference`` (BF16), ``plain``, ``cc``, ``rollout``, ``rollout_cc``, ``control`` or
+    ``control_cc``: what an arm is in its panel (module docstring)."""
+    return _kind(arm).role
+
+
+def _panel_order(panel: str) -> tuple[int, str]:
+    names = [d.style_family for d in RECIPES.values()]
+    if panel in names:
+        return names.index(panel), panel
+    return len(names) + (panel == CONTROLS), panel
+
+
+def arm_panels(arms: Sequence[str]) -> dict[str, list[str]]:
+    """Panel title -> its arms, in drawing order (module docstring): granularity panels in
+    the registry's order, then the FP8 rollout, then the controls; BF16 first in each."""
+    ordered = _ordered(list(arms))
+    panels: dict[str, list[str]] = {}
+    for arm in ordered:
+        panel = _kind(arm).panel
+        if panel is not None:
+            panels.setdefault(panel, [])
+    reference = [a for a in ordered if _kind(a).panel is None]
+    if not panels and reference:
+        panels[REFERENCE] = []
+    out = {}
+    for panel in sorted(panels, key=_panel_order):
+        out[panel] = reference + [a for a in ordered if _kind(a).panel == panel]
+    return out
 
 
 RC = {
     "figure.dpi": 110,
-    "savefig.dpi": 150,
-    "font.size": 9,
+    "font.size": 8,
+    "axes.titlesize": 9,
     "axes.grid": True,
     "grid.alpha": 0.3,
     "axes.spines.top": False,
@@ -75,6 +186,17 @@ RC = {
     "legend.fontsize": 7,
     "legend.frameon": False,
 }
+#: The resolution of every saved and displayed PNG.
+DPI = 150
+#: Fixed metadata (no date, no software version) keep regenerated files byte-identical.
+_METADATA = {"png": {"Software": None}, "pdf": {"CreationDate": None, "Producer": None}}
+
+
+def figure_png(fig: plt.Figure) -> bytes:
+    """The PNG bytes of ``fig``, as :func:`save_figure` writes them and a notebook shows."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, metadata=_METADATA["png"])
+    return buffer.getvalue()
 
 
 @dataclass
@@ -87,20 +209,22 @@ class Figure:
     caption: str
 
     def _repr_png_(self) -> bytes:
-        """PNG bytes, so a notebook displays the figure (pyplot runs on Agg here)."""
-        buffer = io.BytesIO()
-        self.fig.savefig(buffer, format="png")
-        return buffer.getvalue()
+        """PNG bytes, so a notebook displays the figure (pyplot runs on Agg here): the same
+        bytes as the report's file."""
+        return figure_png(self.fig)
 
 
 def arm_style(arm: str) -> dict[str, object]:
-    """Colour, marker and line style of an arm (module docstring)."""
-    color, marker = _family_style(arm)
-    dashed = "+ CC" in arm
+    """Colour, marker and line style of an arm (module docstring), as ``Axes.plot``
+    keywords."""
+    kind = _kind(arm)
+    shade, filled, linestyle = _ROLE_LOOK[kind.role]
+    color = kind.recipe.cc_shade if shade == "cc" else kind.recipe.color
     return {
         "color": color,
-        "marker": marker,
-        "linestyle": "--" if dashed else "-",
+        "marker": kind.recipe.marker,
+        "markerfacecolor": color if filled else "white",
+        "linestyle": linestyle,
         "markevery": 0.1,
         "markersize": 4,
         "linewidth": 1.3,
@@ -116,9 +240,33 @@ def _usable(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[runs["usable"]] if not runs.empty else runs
 
 
-def arm_curves(runs: pd.DataFrame, metrics: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Mean over the usable seeds of each arm of ``metric`` per step: ``arm, step, value,
-    n`` (n = seeds at that step)."""
+def smoothing_window(metrics: pd.DataFrame, *, steps: int = 30, window: int = 5) -> int:
+    """The report's smoothing: ``window`` steps where a run logged ``steps`` steps or more
+    (per-step curves that long are noisy), none (1) for shorter runs."""
+    if metrics.empty:
+        return 1
+    longest = int(metrics.groupby("run_id")["step"].nunique().max())
+    return window if longest >= steps else 1
+
+
+def _smoothing_text(smooth: int) -> str:
+    if smooth <= 1:
+        return "unsmoothed"
+    return f"each seed's curve smoothed by a centred {smooth}-step rolling mean first"
+
+
+def arm_curves(
+    runs: pd.DataFrame,
+    metrics: pd.DataFrame,
+    metric: str,
+    *,
+    smooth: int = 1,
+    scale: float = 1.0,
+) -> pd.DataFrame:
+    """Per arm and step, over the arm's usable seeds: the mean (``value``), the lowest and
+    highest seed (``low``, ``high``) and the number of seeds (``n``) of ``scale`` × ``metric``;
+    ``smooth`` > 1 first smooths each seed's curve (centred rolling mean of that many
+    steps, fewer at the ends)."""
     ok = _usable(runs)[["run_id", "arm"]]
     rows = metrics[metrics["metric"] == metric].merge(ok, on="run_id")
     if rows.empty:
@@ -127,76 +275,184 @@ def arm_curves(runs: pd.DataFrame, metrics: pd.DataFrame, metric: str) -> pd.Dat
                 "arm": pd.Series(dtype=object),
                 "step": pd.Series(dtype="int64"),
                 "value": pd.Series(dtype="float64"),
+                "low": pd.Series(dtype="float64"),
+                "high": pd.Series(dtype="float64"),
                 "n": pd.Series(dtype="int64"),
             }
         )
+    rows = rows.sort_values(["run_id", "step"]).assign(value=rows["value"] * scale)
+    if smooth > 1:
+        rolled = rows.groupby("run_id")["value"].transform(
+            lambda v: v.rolling(smooth, center=True, min_periods=1).mean()
+        )
+        rows = rows.assign(value=rolled)
     grouped = rows.groupby(["arm", "step"])["value"]
-    out = grouped.mean().rename("value").to_frame().join(grouped.count().rename("n"))
+    out = pd.DataFrame(
+        {
+            "value": grouped.mean(),
+            "low": grouped.min(),
+            "high": grouped.max(),
+            "n": grouped.count(),
+        }
+    )
     return out.reset_index()
 
 
-def _plot_curves(ax: plt.Axes, data: pd.DataFrame) -> None:
-    for arm in _ordered(list(data["arm"].unique())):
-        d = data[data["arm"] == arm]
-        ax.plot(d["step"], d["value"], label=arm, **arm_style(arm))
-
-
-def _finish(fig: plt.Figure, axes: Sequence[plt.Axes], title: str) -> None:
-    handles, labels = axes[0].get_legend_handles_labels()
-    if handles:
-        fig.legend(
-            handles, labels, loc="lower center", ncol=min(4, len(labels)), bbox_to_anchor=(0.5, 0.0)
+def _draw_arm(ax: plt.Axes, d: pd.DataFrame, arm: str, *, band: bool = True) -> None:
+    """An arm's mean curve, its min–max band over seeds (two seeds or more) behind it."""
+    d = d.sort_values("step")
+    style = arm_style(arm)
+    if len(d) <= 12:
+        style["markevery"] = 1  # few points (held-out evaluations): mark each
+    if band and "low" in d and (d["n"] > 1).any():
+        ax.fill_between(
+            d["step"], d["low"], d["high"], color=style["color"], alpha=0.15, linewidth=0
         )
+    ax.plot(d["step"], d["value"], label=arm, **style)
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One row of a panel grid: its y label, the curves it draws, whether with bands."""
+
+    ylabel: str
+    data: pd.DataFrame
+    band: bool = True
+
+
+def _panel_grid(
+    rows: Sequence[_Row],
+    panels: dict[str, list[str]],
+    title: str,
+    *,
+    extra: Callable[[int, str, plt.Axes], None] | None = None,
+    extra_handles: Sequence[Line2D] = (),
+) -> tuple[plt.Figure, list[list[plt.Axes]]]:
+    """A grid of ``rows`` x ``panels`` axes (each panel's arms drawn from its row's data),
+    one legend below; ``extra(row, panel, ax)`` draws more on an axis."""
+    names = list(panels) or [REFERENCE]
+    fig, grid = plt.subplots(
+        len(rows),
+        len(names),
+        figsize=(0.6 + 2.5 * len(names), 0.9 + 2.1 * len(rows)),
+        sharex=True,
+        sharey="row",
+        squeeze=False,
+    )
+    for i, row in enumerate(rows):
+        for j, panel in enumerate(names):
+            ax = grid[i][j]
+            for arm in panels.get(panel, []):
+                d = row.data[row.data["arm"] == arm]
+                if not d.empty:
+                    _draw_arm(ax, d, arm, band=row.band)
+            if extra is not None:
+                extra(i, panel, ax)
+            if i == 0:
+                ax.set_title(panel)
+            if j == 0:
+                ax.set_ylabel(row.ylabel)
+            if i == len(rows) - 1:
+                ax.set_xlabel("RL step")
+    _legend(fig, [ax for r in grid for ax in r], title, extra_handles)
+    return fig, grid
+
+
+def _legend(
+    fig: plt.Figure, axes: Sequence[plt.Axes], title: str, extra: Sequence[Line2D] = ()
+) -> None:
+    """One legend below the panels (each arm once, in panel order) and the title."""
+    seen: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(label, handle)
+    handles = [*seen.values(), *extra]
+    labels = [*seen, *(h.get_label() for h in extra)]
+    ncol = min(4, len(labels)) or 1
+    lines = math.ceil(len(labels) / ncol)
+    height = fig.get_figheight()
+    bottom = (0.25 + 0.16 * lines) / height if labels else 0.0
+    if labels:
+        fig.legend(handles, labels, loc="lower center", ncol=ncol, bbox_to_anchor=(0.5, 0.0))
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0.1 if handles else 0, 1, 1))
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+
+
+def _panels_of(*frames: pd.DataFrame) -> dict[str, list[str]]:
+    arms = set()
+    for frame in frames:
+        if not frame.empty:
+            arms |= set(frame["arm"])
+    return arm_panels(sorted(arms))
+
+
+_BAND = "line: mean over seeds; band: lowest to highest seed"
 
 
 def entropy_figure(
-    runs: pd.DataFrame, metrics: pd.DataFrame, *, factor: float = 1.5, window: int = 5
+    runs: pd.DataFrame,
+    metrics: pd.DataFrame,
+    *,
+    factor: float = 1.5,
+    window: int = 5,
+    smooth: int = 1,
 ) -> Figure:
-    """Token entropy (``actor/entropy``) vs step, mean over seeds per arm; detected surges
-    (:func:`fp8rl.analysis.curves.detect_surges` on each arm's mean curve) shaded and their
-    peaks marked."""
-    with plt.rc_context(RC):
-        data = arm_curves(runs, metrics, "actor/entropy")
-        fig, (ax, diff_ax) = plt.subplots(1, 2, figsize=(9.0, 3.8), sharex=True)
-        _plot_curves(ax, data)
-        surges = []
-        for arm in _ordered(list(data["arm"].unique())):
-            d = data[data["arm"] == arm]
-            for s in detect_surges(list(d["step"]), list(d["value"]), factor=factor, window=window):
-                end = s.end_step if s.end_step is not None else d["step"].max()
-                ax.axvspan(s.start_step, end, color=arm_style(arm)["color"], alpha=0.08)
-                peak = d[d["step"] == s.peak_step]["value"].iloc[0]
+    """Token entropy (``actor/entropy``) vs step per panel (module docstring); detected
+    surges (:func:`fp8rl.analysis.curves.detect_surges` on each arm's unsmoothed mean curve)
+    shaded and their peaks marked. Second row: each arm's mean minus BF16's."""
+    data = arm_curves(runs, metrics, "actor/entropy", smooth=smooth)
+    raw = data if smooth <= 1 else arm_curves(runs, metrics, "actor/entropy")
+    panels = _panels_of(data)
+    surges = []
+    for arm in _ordered(list(raw["arm"].unique())):
+        d = raw[raw["arm"] == arm].sort_values("step")
+        for s in detect_surges(list(d["step"]), list(d["value"]), factor=factor, window=window):
+            peak = float(d[d["step"] == s.peak_step]["value"].iloc[0])
+            end = s.end_step if s.end_step is not None else int(d["step"].max())
+            surges.append({"arm": arm, **s.__dict__, "end": end, "peak": peak})
+    diff = entropy_difference(data)
+
+    def mark(row: int, panel: str, ax: plt.Axes) -> None:
+        if row == 1:
+            ax.axhline(0.0, color="black", linewidth=0.8)
+            return
+        for s in surges:
+            if s["arm"] in panels.get(panel, []):
+                color = arm_style(s["arm"])["color"]
+                ax.axvspan(s["start_step"], s["end"], color=color, alpha=0.08)
                 ax.annotate(
                     "surge",
-                    (s.peak_step, peak),
+                    (s["peak_step"], s["peak"]),
                     fontsize=7,
                     xytext=(0, 6),
                     textcoords="offset points",
                     ha="center",
                 )
-                surges.append({"arm": arm, **s.__dict__})
-        ax.set_xlabel("RL step")
-        ax.set_ylabel("token entropy (nats)")
-        ax.set_title("per arm", fontsize=9)
-        diff = entropy_difference(data)
-        _plot_curves(diff_ax, diff)
-        diff_ax.axhline(0.0, color="black", linewidth=0.8)
-        diff_ax.set_xlabel("RL step")
-        diff_ax.set_ylabel("entropy minus BF16's (nats)")
-        diff_ax.set_title("difference from BF16 at the same step", fontsize=9)
-        _finish(fig, [ax], "Token entropy during RL (mean over seeds)")
-    data.attrs["surges"] = surges
+
+    with plt.rc_context(RC):
+        fig, _ = _panel_grid(
+            [
+                _Row("token entropy\n(nats)", data),
+                _Row("entropy minus\nBF16's (nats)", diff, band=False),
+            ],
+            panels,
+            "Token entropy during RL",
+            extra=mark,
+        )
+    data.attrs["surges"] = [
+        {k: v for k, v in s.items() if k not in ("end", "peak")} for s in surges
+    ]
+    data.attrs["panels"] = panels
     caption = (
-        f"Token entropy per arm, mean over seeds. Shaded: surges (smoothed entropy above "
-        f"{factor}x its running minimum, {window}-step trailing mean); "
-        f"{len(surges)} detected."
+        f"Token entropy per panel (BF16 in each; {_BAND}; {_smoothing_text(smooth)}); "
+        "second row: each arm's mean minus BF16's at the same step. Shaded: surges (the "
+        f"arm's mean entropy, {window}-step trailing mean, above {factor}x its running "
+        f"minimum); {len(surges)} detected."
     )
     return Figure("entropy", fig, data, caption)
 
 
-def entropy_difference(data: pd.DataFrame, baseline: str = "BF16") -> pd.DataFrame:
+def entropy_difference(data: pd.DataFrame, baseline: str = REFERENCE) -> pd.DataFrame:
     """Each arm's curve minus ``baseline``'s at the same step (``arm, step, value``; the
     baseline itself left out; steps the baseline lacks dropped)."""
     base = data[data["arm"] == baseline][["step", "value"]].rename(columns={"value": "base"})
@@ -205,47 +461,84 @@ def entropy_difference(data: pd.DataFrame, baseline: str = "BF16") -> pd.DataFra
     return out[["arm", "step", "value"]]
 
 
-def clip_share_figure(runs: pd.DataFrame, metrics: pd.DataFrame) -> Figure:
-    """Left: share of negative-advantage tokens below the lower bound
-    (``fp8rl/clipfrac_low_negadv``); right: share of positive-advantage tokens above the upper
-    bound (``fp8rl/clipfrac_high_posadv``); mean over seeds per arm. Where the runs logged
-    BF16 shadow forwards (calibration steps, or every ``train.shadow_every`` steps), the BF16
-    shadow's shares on the same tokens at the nominal bounds
-    (``fp8rl/shadow/clipfrac_low_negadv_bf16``, ``..._high_posadv_bf16``) are drawn as
-    crosses in the arm's colour."""
+_SIDES = (
+    (
+        "fp8rl/clipfrac_low_negadv",
+        "fp8rl/shadow/clipfrac_low_negadv_bf16",
+        "A < 0, below the\nlower bound (points)",
+    ),
+    (
+        "fp8rl/clipfrac_high_posadv",
+        "fp8rl/shadow/clipfrac_high_posadv_bf16",
+        "A > 0, above the\nupper bound (points)",
+    ),
+)
+
+
+def clip_share_figure(runs: pd.DataFrame, metrics: pd.DataFrame, *, smooth: int = 1) -> Figure:
+    """Top row: share of negative-advantage tokens below the lower bound
+    (``fp8rl/clipfrac_low_negadv``); bottom row: share of positive-advantage tokens above
+    the upper bound (``fp8rl/clipfrac_high_posadv``); in points, one panel per granularity.
+    Where the runs logged BF16 shadow forwards (calibration steps, or every
+    ``train.shadow_every`` steps), the BF16 shadow's shares on the same tokens at the
+    nominal bounds (``fp8rl/shadow/clipfrac_low_negadv_bf16``, ``..._high_posadv_bf16``,
+    mean over seeds, smoothed as the curves) are drawn as ticks (:data:`SHADOW_MARKER`) in the arm's
+    colour, for every arm but BF16 itself."""
+    rows, shadows = [], []
+    for metric, shadow, label in _SIDES:
+        d = arm_curves(runs, metrics, metric, smooth=smooth, scale=100.0).assign(metric=metric)
+        b = arm_curves(runs, metrics, shadow, smooth=smooth, scale=100.0).assign(metric=shadow)
+        rows.append(_Row(label, d))
+        shadows.append(b)
+    panels = _panels_of(*(r.data for r in rows))
+
+    def ticks(row: int, panel: str, ax: plt.Axes) -> None:
+        b = shadows[row]
+        for arm in panels.get(panel, []):
+            a = b[b["arm"] == arm].sort_values("step")
+            if a.empty or arm_role(arm) == "reference":
+                continue
+            ax.plot(
+                a["step"],
+                a["value"],
+                linestyle="none",
+                marker=SHADOW_MARKER,
+                markersize=5,
+                markeredgewidth=1.0,
+                color=arm_style(arm)["color"],
+                label="_shadow " + arm,
+            )
+
+    logged = any(not b.empty for b in shadows)
+    proxy = [
+        Line2D(
+            [],
+            [],
+            linestyle="none",
+            marker=SHADOW_MARKER,
+            markersize=6,
+            markeredgewidth=1.2,
+            color="0.3",
+            label="BF16 shadow, same tokens (arm's colour)",
+        )
+    ]
     with plt.rc_context(RC):
-        fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.6), sharex=True)
-        parts = []
-        for ax, metric, shadow, title in (
-            (
-                axes[0],
-                "fp8rl/clipfrac_low_negadv",
-                "fp8rl/shadow/clipfrac_low_negadv_bf16",
-                "A < 0, ratio below the lower bound",
-            ),
-            (
-                axes[1],
-                "fp8rl/clipfrac_high_posadv",
-                "fp8rl/shadow/clipfrac_high_posadv_bf16",
-                "A > 0, ratio above the upper bound",
-            ),
-        ):
-            d = arm_curves(runs, metrics, metric).assign(metric=metric)
-            _plot_curves(ax, d)
-            b = arm_curves(runs, metrics, shadow).assign(metric=shadow)
-            for arm in _ordered(list(b["arm"].unique())):
-                a = b[b["arm"] == arm]
-                ax.scatter(a["step"], a["value"], marker="x", s=18, color=arm_style(arm)["color"])
-            ax.set_title(title, fontsize=9)
-            ax.set_xlabel("RL step")
-            ax.set_ylabel("share of tokens (gradient zeroed)")
-            parts += [d, b] if not b.empty else [d]
-        _finish(fig, axes, "Clipped tokens by advantage sign (lines: training precision)")
-    data = pd.concat(parts, ignore_index=True)
+        fig, _ = _panel_grid(
+            rows,
+            panels,
+            "Clipped tokens by advantage sign",
+            extra=ticks,
+            extra_handles=proxy if logged else (),
+        )
+    data = pd.concat(
+        [r.data for r in rows] + [b for b in shadows if not b.empty], ignore_index=True
+    )
+    data.attrs["panels"] = panels
     caption = (
-        "Share of tokens whose gradient the clip zeroes, by advantage sign, mean over seeds; "
-        "crosses: the BF16 shadow on the same tokens at the nominal bounds, where logged. "
-        "The paper's mechanism: FP8 noise pushes negative-advantage tokens below the lower bound."
+        "Share of tokens whose gradient the clip zeroes, by advantage sign, in points "
+        f"({_BAND}; {_smoothing_text(smooth)}); ticks: the BF16 shadow on the same tokens "
+        "at the nominal bounds, mean over seeds (smoothed alike), where logged. The paper's "
+        "mechanism: FP8 noise pushes negative-advantage tokens below the lower bound."
     )
     return Figure("clip_share", fig, data, caption)
 
@@ -291,30 +584,29 @@ def _mean_metric(runs: pd.DataFrame, metrics: pd.DataFrame, arm: str, metric: st
     return None if v.empty else float(v.mean())
 
 
-def _step_histograms(ax: plt.Axes, data: pd.DataFrame, sign: str, arms: Sequence[str]) -> None:
-    """One step line per arm: its density per bin of one advantage sign."""
-    for arm in _ordered(list(arms)):
-        d = data[(data["arm"] == arm) & (data["sign"] == sign)].sort_values("bin")
-        if d.empty:
-            continue
-        style = arm_style(arm)
-        xs = [*d["low"], d["high"].iloc[-1]]
-        ys = [*d["density"], d["density"].iloc[-1]]
-        ax.step(
-            xs,
-            ys,
-            where="post",
-            label=arm,
-            color=style["color"],
-            linestyle=style["linestyle"],
-            linewidth=1.2,
-        )
+def _step_histogram(ax: plt.Axes, data: pd.DataFrame, sign: str, arm: str) -> None:
+    """An arm's density per bin of one advantage sign, as a step line."""
+    d = data[(data["arm"] == arm) & (data["sign"] == sign)].sort_values("bin")
+    if d.empty:
+        return
+    style = arm_style(arm)
+    xs = [*d["low"], d["high"].iloc[-1]]
+    ys = [*d["density"], d["density"].iloc[-1]]
+    ax.step(
+        xs,
+        ys,
+        where="post",
+        label=arm,
+        color=style["color"],
+        linestyle=style["linestyle"],
+        linewidth=1.2,
+    )
 
 
 def _calibrated_bounds(
     runs: pd.DataFrame, metrics: pd.DataFrame, arms: Sequence[str]
-) -> list[tuple[str, float]]:
-    """(colour, log bound) of each CC arm's mean lower and upper bound over steps."""
+) -> list[tuple[str, str, float]]:
+    """(arm, colour, log bound) of each CC arm's mean lower and upper bound over steps."""
     out = []
     for arm in arms:
         if "+ CC" not in arm:
@@ -322,8 +614,15 @@ def _calibrated_bounds(
         for metric in ("fp8rl/clip_low", "fp8rl/clip_high"):
             bound = _mean_metric(runs, metrics, arm, metric)
             if bound and bound > 0:
-                out.append((str(arm_style(arm)["color"]), math.log(bound)))
+                out.append((arm, str(arm_style(arm)["color"]), math.log(bound)))
     return out
+
+
+def _eps(runs: pd.DataFrame) -> float | None:
+    usable = _usable(runs)
+    if usable.empty or "config.algorithm.eps_low" not in usable:
+        return None
+    return float(usable["config.algorithm.eps_low"].iloc[0])
 
 
 def logratio_histogram_figure(
@@ -332,74 +631,106 @@ def logratio_histogram_figure(
     arms: Sequence[str] | None = None,
     eps: float | None = None,
 ) -> Figure:
-    """Histograms of the token log-ratio log(pi_new / pi_old) at update time, per advantage
-    sign, summed over steps and seeds (density per unit log-ratio, log scale). Vertical
-    lines: the standard bounds log(1 -/+ eps) (solid) and each CC arm's mean calibrated
-    bounds over steps (dotted)."""
-    usable = _usable(runs)
-    present = set(usable["arm"]) if not runs.empty else set()
-    if arms is None:
-        arms = [
-            a for a in ("BF16", "Blockwise FP8", "Blockwise FP8 + CC") if a in present
-        ] or sorted(present)[:3]
+    """Histograms of the token log-ratio log(pi_new / pi_old) at update time, one panel per
+    granularity (module docstring) and row per advantage sign, summed over steps and seeds
+    (density per unit log-ratio, log scale). Vertical lines: the standard bounds
+    log(1 -/+ eps) (solid black) and each CC arm's mean calibrated bounds over steps (dotted,
+    the arm's colour, in its panel)."""
     data = logratio_histograms(runs, metrics, arms)
-    if eps is None and not usable.empty and "config.algorithm.eps_low" in usable:
-        eps = float(usable["config.algorithm.eps_low"].iloc[0])
-    calibrated = _calibrated_bounds(runs, metrics, arms)
+    panels = _panels_of(data)
+    if eps is None:
+        eps = _eps(runs)
+    calibrated = _calibrated_bounds(runs, metrics, sorted(set(data["arm"])))
+    signs = (("negadv", "A < 0"), ("posadv", "A > 0"))
+    names = list(panels) or [REFERENCE]
     with plt.rc_context(RC):
-        fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.6), sharey=True)
-        for ax, sign, title in ((axes[0], "negadv", "A < 0"), (axes[1], "posadv", "A > 0")):
-            _step_histograms(ax, data, sign, arms)
-            if eps is not None:
-                for b in (math.log(1 - eps), math.log(1 + eps)):
-                    ax.axvline(b, color="black", linewidth=0.8)
-            for color, b in calibrated:
-                ax.axvline(b, color=color, linestyle=":", linewidth=1.0)
-            ax.set_yscale("log")
-            ax.set_xlim(-0.6, 0.6)
-            ax.set_title(title, fontsize=9)
-            ax.set_xlabel("log ratio  log(pi_new / pi_old)")
-        axes[0].set_ylabel("density (share per unit log-ratio)")
-        _finish(fig, axes, "Token log-ratios at update time, by advantage sign")
+        fig, grid = plt.subplots(
+            2,
+            len(names),
+            figsize=(0.6 + 2.5 * len(names), 0.9 + 2.1 * 2),
+            sharex=True,
+            sharey=True,
+            squeeze=False,
+        )
+        for i, (sign, label) in enumerate(signs):
+            for j, panel in enumerate(names):
+                ax = grid[i][j]
+                for arm in panels.get(panel, []):
+                    _step_histogram(ax, data, sign, arm)
+                if eps is not None:
+                    for b in (math.log(1 - eps), math.log(1 + eps)):
+                        ax.axvline(b, color="black", linewidth=0.8)
+                for arm, color, b in calibrated:
+                    if arm in panels.get(panel, []):
+                        ax.axvline(b, color=color, linestyle=":", linewidth=1.0)
+                ax.set_yscale("log")
+                ax.set_xlim(-0.6, 0.6)
+                if i == 0:
+                    ax.set_title(panel)
+                if j == 0:
+                    ax.set_ylabel(f"{label}: density")
+                if i == 1:
+                    ax.set_xlabel("log(pi_new / pi_old)")
+        _legend(fig, [ax for r in grid for ax in r], "Token log-ratios at update time")
+    data.attrs["panels"] = panels
     caption = (
-        "Log-ratio histograms summed over steps and seeds, per advantage sign. Solid "
-        f"lines: standard bounds log(1 -/+ eps){'' if eps is None else f' (eps = {eps})'}; "
-        "dotted: calibrated bounds (mean over steps) of the CC arm. Tails beyond +/-1 drawn "
-        "0.3 wide."
+        "Log-ratio histograms summed over steps and seeds, per advantage sign (rows) and "
+        "granularity (panels; density = share of the sign's tokens per unit log-ratio). "
+        f"Solid lines: standard bounds log(1 -/+ eps){'' if eps is None else f' (eps = {eps})'}"
+        "; dotted: each CC arm's calibrated bounds (mean over steps), in its colour. Tails "
+        "beyond +/-1 drawn 0.3 wide."
     )
     return Figure("logratio_hist", fig, data, caption)
 
 
 def bounds_figure(runs: pd.DataFrame, metrics: pd.DataFrame) -> Figure:
     """The active clip bounds (``fp8rl/clip_low``, ``fp8rl/clip_high``) vs step for the arms
-    with Calibrated Clipping, mean over seeds."""
+    with Calibrated Clipping, one panel per granularity (plus the controls), mean over seeds
+    with the min–max band; thin black lines: the nominal bounds 1 -/+ eps."""
     parts = []
+    for metric in ("fp8rl/clip_low", "fp8rl/clip_high"):
+        d = arm_curves(runs, metrics, metric)
+        parts.append(d[d["arm"].str.contains(r"\+ CC", regex=True)].assign(metric=metric))
+    data = pd.concat(parts, ignore_index=True)
+    panels = {p: [a for a in arms if "+ CC" in a] for p, arms in _panels_of(data).items()}
+    eps = _eps(runs)
+    names = list(panels) or ["Calibrated Clipping"]
     with plt.rc_context(RC):
-        fig, ax = plt.subplots(figsize=(6.4, 3.8))
-        for metric in ("fp8rl/clip_low", "fp8rl/clip_high"):
-            d = arm_curves(runs, metrics, metric)
-            d = d[d["arm"].str.contains(r"\+ CC", regex=True)].assign(metric=metric)
-            for arm in _ordered(list(d["arm"].unique())):
-                a = d[d["arm"] == arm]
-                ax.plot(
-                    a["step"],
-                    a["value"],
-                    label=arm if metric.endswith("low") else None,
-                    **arm_style(arm),
-                )
-            parts.append(d)
-        ax.set_xlabel("RL step")
-        ax.set_ylabel("ratio bound (lower below 1, upper above)")
-        _finish(fig, [ax], "Calibrated clip bounds (mean over seeds)")
-    data = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-    caption = "Lower and upper ratio bounds in force at each step for the Calibrated-Clipping arms."
+        fig, grid = plt.subplots(
+            1, len(names), figsize=(0.6 + 2.5 * len(names), 3.2), sharey=True, squeeze=False
+        )
+        for j, panel in enumerate(names):
+            ax = grid[0][j]
+            for arm in panels.get(panel, []):
+                for metric, label in (("fp8rl/clip_low", arm), ("fp8rl/clip_high", "_" + arm)):
+                    d = data[(data["arm"] == arm) & (data["metric"] == metric)]
+                    if not d.empty:
+                        _draw_arm(ax, d, arm)
+                        ax.get_lines()[-1].set_label(label)
+            if eps is not None:
+                for b in (1 - eps, 1 + eps):
+                    ax.axhline(b, color="black", linewidth=0.6)
+            ax.set_title(panel)
+            ax.set_xlabel("RL step")
+        grid[0][0].set_ylabel("ratio bound (lower < 1 < upper)")
+        _legend(fig, list(grid[0]), "Calibrated clip bounds")
+    data.attrs["panels"] = panels
+    caption = (
+        "Lower and upper ratio bounds in force at each step for the Calibrated-Clipping arms "
+        f"({_BAND}; unsmoothed); thin black lines: the nominal bounds 1 -/+ eps"
+        f"{'' if eps is None else f' (eps = {eps})'}."
+    )
     return Figure("bounds", fig, data, caption)
 
 
-def accuracy_figure(runs: pd.DataFrame, metrics: pd.DataFrame, evals: pd.DataFrame) -> Figure:
-    """Left: training reward (``critic/score/mean``) vs step; right: held-out accuracy
-    (``val-core/all/acc/mean@k``, the largest k logged) vs step; mean over seeds per arm."""
-    reward = arm_curves(runs, metrics, "critic/score/mean").assign(metric="critic/score/mean")
+def accuracy_figure(
+    runs: pd.DataFrame, metrics: pd.DataFrame, evals: pd.DataFrame, *, smooth: int = 1
+) -> Figure:
+    """Top row: training reward (``critic/score/mean``) vs step; bottom row: held-out
+    accuracy (``val-core/all/acc/mean@k``, the largest k logged, unsmoothed) vs step; both
+    in points (100 × the mean score or accuracy), one panel per granularity."""
+    reward = arm_curves(runs, metrics, "critic/score/mean", smooth=smooth, scale=100.0)
+    reward = reward.assign(metric="critic/score/mean")
     core = evals[
         (evals["section"] == "val-core")
         & (evals["family"] == "all")
@@ -407,41 +738,58 @@ def accuracy_figure(runs: pd.DataFrame, metrics: pd.DataFrame, evals: pd.DataFra
     ]
     k = int(core["k"].max()) if not core.empty else 1
     name = f"val-core/all/acc/mean@{k}"
-    held = arm_curves(runs, core[["run_id", "step", "metric", "value"]], name).assign(metric=name)
+    held = arm_curves(runs, core[["run_id", "step", "metric", "value"]], name, scale=100.0).assign(
+        metric=name
+    )
     with plt.rc_context(RC):
-        fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.6), sharex=True)
-        _plot_curves(axes[0], reward)
-        axes[0].set_title("training reward (score)", fontsize=9)
-        _plot_curves(axes[1], held)
-        axes[1].set_title(f"held-out accuracy, average of families (mean@{k})", fontsize=9)
-        for ax in axes:
-            ax.set_xlabel("RL step")
-        _finish(fig, axes, "Reward and held-out accuracy (mean over seeds)")
+        fig, _ = _panel_grid(
+            [
+                _Row("training reward\n(points)", reward),
+                _Row(f"held-out accuracy,\nmean@{k} (points)", held),
+            ],
+            _panels_of(reward, held),
+            "Reward and held-out accuracy",
+        )
     data = pd.concat([reward, held], ignore_index=True)
-    caption = f"Training reward and held-out accuracy (val-core/all/acc/mean@{k}) per arm."
+    data.attrs["panels"] = _panels_of(reward, held)
+    caption = (
+        "Training reward (100 × `critic/score/mean`; "
+        f"{_smoothing_text(smooth)}) and held-out accuracy "
+        f"(100 × `val-core/all/acc/mean@{k}`, average of the families, at each evaluation; "
+        f"unsmoothed), in points ({_BAND})."
+    )
     return Figure("accuracy", fig, data, caption)
 
 
-def garbled_figure(runs: pd.DataFrame, metrics: pd.DataFrame) -> Figure:
-    """Garbled output: share of responses with a repeated 4-gram (``fp8rl/repeat_4gram_frac``)
-    and of responses without a well-formed answer (1 - ``fp8rl/well_formed_frac``)."""
-    rep = arm_curves(runs, metrics, "fp8rl/repeat_4gram_frac").assign(
-        metric="fp8rl/repeat_4gram_frac"
+def garbled_figure(runs: pd.DataFrame, metrics: pd.DataFrame, *, smooth: int = 1) -> Figure:
+    """Garbled output, in points: responses with a repeated 4-gram
+    (``fp8rl/repeat_4gram_frac``) and responses without a well-formed answer
+    (1 - ``fp8rl/well_formed_frac``), one panel per granularity."""
+    rep = arm_curves(runs, metrics, "fp8rl/repeat_4gram_frac", smooth=smooth, scale=100.0)
+    rep = rep.assign(metric="fp8rl/repeat_4gram_frac")
+    wf = arm_curves(runs, metrics, "fp8rl/well_formed_frac", smooth=smooth, scale=100.0)
+    wf = wf.assign(
+        value=100.0 - wf["value"],
+        low=100.0 - wf["high"],
+        high=100.0 - wf["low"],
+        metric="1 - fp8rl/well_formed_frac",
     )
-    wf = arm_curves(runs, metrics, "fp8rl/well_formed_frac")
-    wf = wf.assign(value=1 - wf["value"], metric="1 - fp8rl/well_formed_frac")
     with plt.rc_context(RC):
-        fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.6), sharex=True)
-        _plot_curves(axes[0], rep)
-        axes[0].set_title("responses with a repeated 4-gram", fontsize=9)
-        _plot_curves(axes[1], wf)
-        axes[1].set_title("responses without a well-formed answer", fontsize=9)
-        for ax in axes:
-            ax.set_xlabel("RL step")
-            ax.set_ylabel("share of responses")
-        _finish(fig, axes, "Garbled output (rollout responses, mean over seeds)")
+        fig, _ = _panel_grid(
+            [
+                _Row("repeated 4-gram\n(points)", rep),
+                _Row("no well-formed\nanswer (points)", wf),
+            ],
+            _panels_of(rep, wf),
+            "Garbled output (rollout responses)",
+        )
     data = pd.concat([rep, wf], ignore_index=True)
-    return Figure("garbled", fig, data, "Shares of rollout responses that look garbled, per arm.")
+    data.attrs["panels"] = _panels_of(rep, wf)
+    caption = (
+        "Shares of rollout responses that look garbled, in points: with a repeated 4-gram, "
+        f"and without a well-formed answer ({_BAND}; {_smoothing_text(smooth)})."
+    )
+    return Figure("garbled", fig, data, caption)
 
 
 def regime_chart(points: pd.DataFrame) -> Figure:
@@ -465,7 +813,7 @@ def regime_chart(points: pd.DataFrame) -> Figure:
         ax.axhline(0.0, color="black", linewidth=0.8)
         ax.set_xlabel("FP8 noise / trust region  (std log-ratio A<0  /  |log(1 - eps)|)")
         ax.set_ylabel("excess A<0 lower clipping, FP8 - BF16 shadow")
-        _finish(fig, [ax], "Where FP8 starts to distort negative-advantage clipping")
+        _legend(fig, [ax], "Where FP8 starts to distort negative-advantage clipping")
     caption = (
         "Each point is a standard-clipping run: its mean excess share of negative-advantage "
         "tokens clipped at the lower bound, against its granularity's FP8 noise in units of "
@@ -475,13 +823,12 @@ def regime_chart(points: pd.DataFrame) -> Figure:
 
 
 def save_figure(figure: Figure, directory: Path | str) -> list[Path]:
-    """Write ``<name>.png`` and ``<name>.pdf`` into ``directory``; returns both paths."""
+    """Write ``<name>.png`` and ``<name>.pdf`` into ``directory``; returns both paths. The
+    files carry no date or software version, so regenerating them gives the same bytes."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     paths = [directory / f"{figure.name}.{ext}" for ext in ("png", "pdf")]
-    for path in paths:
-        # a fixed creation date keeps the PDF byte-stable between regenerations
-        meta = {"CreationDate": None} if path.suffix == ".pdf" else {"Software": None}
-        figure.fig.savefig(path, metadata=meta)
+    paths[0].write_bytes(figure_png(figure.fig))
+    figure.fig.savefig(paths[1], format="pdf", dpi=DPI, metadata=_METADATA["pdf"])
     plt.close(figure.fig)
     return paths

@@ -90,15 +90,25 @@ class Report:
         return "\n\n".join([*parts, f"report: {self.directory}"])
 
 
-def build_figures(runs: pd.DataFrame, metrics: pd.DataFrame, evals: pd.DataFrame) -> list[F.Figure]:
-    """Every figure of the report, from the three frames."""
+def build_figures(
+    runs: pd.DataFrame,
+    metrics: pd.DataFrame,
+    evals: pd.DataFrame,
+    *,
+    smooth: int | None = None,
+) -> list[F.Figure]:
+    """Every figure of the report, from the three frames (the notebook draws the same);
+    ``smooth``: the per-step curves' smoothing window (default
+    :func:`fp8rl.analysis.figures.smoothing_window`: 5 steps for runs of 30 steps or more,
+    none for shorter ones; each caption says which)."""
+    window = F.smoothing_window(metrics) if smooth is None else smooth
     return [
-        F.accuracy_figure(runs, metrics, evals),
-        F.entropy_figure(runs, metrics),
-        F.clip_share_figure(runs, metrics),
+        F.accuracy_figure(runs, metrics, evals, smooth=window),
+        F.entropy_figure(runs, metrics, smooth=window),
+        F.clip_share_figure(runs, metrics, smooth=window),
         F.logratio_histogram_figure(runs, metrics),
         F.bounds_figure(runs, metrics),
-        F.garbled_figure(runs, metrics),
+        F.garbled_figure(runs, metrics, smooth=window),
     ]
 
 

@@ -14,7 +14,10 @@ call (or one entry in :data:`BUILTIN` for a shipped one):
   cannot (``refusals``);
 * **pairing** — its default rollout weight scaling (``rollout``; None = a rollout in the
   recipe's own high precision), as the paper's Table 2 pairs them;
-* **presentation** — its label (``Tensorwise FP8``), the plot family, colour and marker;
+* **presentation** — its label (``Tensorwise FP8``), the plot family, colour and marker,
+  and the shade of its Calibrated-Clipping arms (``cc_color``; by default derived from
+  ``color`` by :func:`variant_shade`, at least :data:`SHADE_GAP` CIE L* lighter or darker,
+  so a recipe's plain and CC arms differ in greyscale as well as in hue);
 * **cost** — its step-time factor on the tiny backend (CPU, emulated: ``tiny_step_factor``)
   and the training speed-up its GEMMs bring on a GPU (``gpu_speedup``, the verl cost model);
 * **verl** — whether fp8rl's verl hooks run it (``verl``: the recipe's name, the
@@ -43,14 +46,17 @@ from fp8rl.numerics.recipes import OPERAND_SLOTS, OperandSpec
 __all__ = [
     "BUILTIN",
     "RECIPES",
+    "SHADE_GAP",
     "LossScaleSpec",
     "RecipeDecl",
     "RecipeNames",
     "RecipeSettings",
+    "lightness",
     "recipe_decl",
     "recipe_names",
     "register_recipe",
     "unregister_recipe",
+    "variant_shade",
 ]
 
 Backend = Literal["none", "bf16", "fp16", "torchao", "emulated"]
@@ -103,6 +109,7 @@ class RecipeDecl:
     family: str = ""
     color: str = "#666666"
     marker: str = "o"
+    cc_color: str = ""
     tiny_step_factor: float = 1.0
     gpu_speedup: float = 1.0
     verl: str | None = None
@@ -139,6 +146,12 @@ class RecipeDecl:
         """The plot family (one colour and marker per family)."""
         return self.family or self.label
 
+    @property
+    def cc_shade(self) -> str:
+        """The colour of the recipe's Calibrated-Clipping arms: ``cc_color``, or
+        :func:`variant_shade` of ``color``."""
+        return self.cc_color or variant_shade(self.color)
+
     def specs(self, settings: RecipeSettings) -> dict[str, OperandSpec]:
         """The six operand specs for ``settings`` (an FP8 recipe only)."""
         if self.operands is None:
@@ -147,6 +160,44 @@ class RecipeDecl:
         if set(specs) != set(OPERAND_SLOTS):
             raise ValueError(f"recipe {self.name!r} must spec every slot of {OPERAND_SLOTS}")
         return specs
+
+
+#: How far (CIE L*, 0 = black, 100 = white) a derived CC shade lies from its recipe's colour.
+SHADE_GAP = 25.0
+
+
+def _rgb(color: str) -> tuple[float, float, float]:
+    text = color.lstrip("#")
+    if len(text) != 6:
+        raise ValueError(f"a recipe colour is #rrggbb, not {color!r}")
+    r, g, b = (int(text[i : i + 2], 16) / 255 for i in (0, 2, 4))
+    return r, g, b
+
+
+def lightness(color: str) -> float:
+    """CIE L* of an sRGB ``#rrggbb`` colour: how light it prints in greyscale (0-100)."""
+
+    def linear(c: float) -> float:
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (linear(c) for c in _rgb(color))
+    y = 0.2126 * r + 0.7152 * g + 0.0722 * b  # relative luminance (sRGB primaries, D65)
+    return 116 * y ** (1 / 3) - 16 if y > (6 / 29) ** 3 else y * (29 / 3) ** 3
+
+
+def variant_shade(color: str, gap: float = SHADE_GAP) -> str:
+    """``color`` mixed with black (when its L* is above 50) or with white (otherwise), by the
+    least whole percent that moves its lightness by ``gap``: the same hue, another grey
+    (darkening the mid-tones keeps a shade from fading into a white page)."""
+    rgb = _rgb(color)
+    base = lightness(color)
+    target = 0.0 if base > 50 else 1.0
+    for percent in range(1, 101):
+        t = percent / 100
+        mixed = "#" + "".join(f"{round(255 * (c + t * (target - c))):02X}" for c in rgb)
+        if abs(lightness(mixed) - base) >= gap:
+            return mixed
+    return mixed
 
 
 # ---- the shipped recipes' operand specs (recipes.py's docstring describes each)

@@ -185,3 +185,17 @@ def test_the_mx_recipes_run_a_tiny_step_and_verl_refuses_them(
     assert composed.config.granularity.rollout is None
     with pytest.raises(ConfigError, match="MX element formats are emulated"):
         resolve_run(composer(["backend=verl", f"granularity={name}"]))
+
+
+def test_each_recipe_declares_a_cc_shade_of_another_lightness() -> None:
+    from fp8rl.numerics.registry import SHADE_GAP, lightness, variant_shade
+
+    assert lightness("#000000") == 0.0 and lightness("#FFFFFF") == pytest.approx(100.0)
+    assert lightness("#777777") == pytest.approx(50.0, abs=0.1)  # CIE L* of sRGB grey 119
+    for decl in BUILTIN:
+        assert abs(lightness(decl.cc_shade) - lightness(decl.color)) >= SHADE_GAP, decl.name
+    assert variant_shade("#F0E442") != "#F0E442" and lightness(variant_shade("#F0E442")) < 89
+    declared = RecipeDecl(
+        name="x", kind="high", label="X", backends=("bf16",), cc_color="#123456", verl_refusal="-"
+    )
+    assert declared.cc_shade == "#123456"
