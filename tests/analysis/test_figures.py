@@ -262,6 +262,9 @@ def test_panels_hold_bf16_plain_fp8_and_fp8_cc_per_granularity_controls_apart(tm
         "Tensorwise": ["BF16", "Tensorwise FP8", "Tensorwise FP8 + CC"],
         "Rowwise": ["BF16", "Rowwise FP8", "Rowwise FP8 + CC"],
         "Blockwise": ["BF16", "Blockwise FP8", "Blockwise FP8 + CC"],
+        "MXFP8": ["BF16", "MXFP8"],  # the pilot's dose arms (tests/helpers ARM_CONFIGS)
+        "MXFP6 E3M2": ["BF16", "MXFP6 E3M2"],
+        "MXFP4": ["BF16", "MXFP4"],
         F.ROLLOUT_PANEL: ["BF16", "FP8 rollout + BF16 training"],
         F.CONTROLS: [
             "BF16",
