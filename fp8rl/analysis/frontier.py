@@ -544,7 +544,12 @@ class PointOutcome:
     why: str
 
 
-def _read(outcomes: pd.DataFrame, arm: str, setting: Setting, length: int) -> pd.DataFrame:
+def outcome_cell(
+    outcomes: pd.DataFrame, arm: str, setting: Setting, length: int, *, flag: str = "read"
+) -> pd.DataFrame:
+    """The rows of ``outcomes`` for ``arm`` at ``setting`` read at ``length`` whose boolean
+    column ``flag`` holds: ``read`` (counted by the rule) or ``in_design`` (the report's
+    cells, runs not read there included)."""
     o = outcomes
     return o[
         (o["arm"] == arm)
@@ -552,7 +557,7 @@ def _read(outcomes: pd.DataFrame, arm: str, setting: Setting, length: int) -> pd
         & (o["temperature"] == setting.temperature)
         & (o["sft_steps"] == setting.sft_steps)
         & (o["length"] == length)
-        & o["read"].astype(bool)
+        & o[flag].astype(bool)
     ]
 
 
@@ -566,8 +571,8 @@ def point_outcomes(
     n = len(design.seeds)
     for setting in design.settings:
         for length in design.lengths:
-            b = _read(outcomes, design.baseline, setting, length)
-            p = _read(outcomes, design.plain, setting, length)
+            b = outcome_cell(outcomes, design.baseline, setting, length)
+            p = outcome_cell(outcomes, design.plain, setting, length)
             base, end = float(b["base_acc"].mean()), float(b["end_acc"].mean())
             failed = int(b["failed"].sum())
             if len(b) < n:
@@ -631,7 +636,7 @@ def _tie_key(p: PointOutcome, design: PilotDesign) -> tuple[float, ...]:
 
 
 def _count(outcomes: pd.DataFrame, arm: str, setting: Setting, length: int) -> tuple[int, int]:
-    mine = _read(outcomes, arm, setting, length)
+    mine = outcome_cell(outcomes, arm, setting, length)
     return int(mine["failed"].sum()), len(mine)
 
 

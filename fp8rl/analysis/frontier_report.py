@@ -41,6 +41,7 @@ from fp8rl.analysis.frontier import (
     Setting,
     choose_regime,
     median_time_to_failure,
+    outcome_cell,
     pilot_outcomes,
     point_outcomes,
 )
@@ -99,15 +100,7 @@ def _k_of_n(frame: pd.DataFrame) -> str:
 
 
 def _cell(frame: pd.DataFrame, arm: str, setting: Setting, length: int) -> pd.DataFrame:
-    o = frame
-    return o[
-        (o["arm"] == arm)
-        & (o["lr"] == setting.lr)
-        & (o["temperature"] == setting.temperature)
-        & (o["sft_steps"] == setting.sft_steps)
-        & (o["length"] == length)
-        & o["in_design"].astype(bool)
-    ]
+    return outcome_cell(frame, arm, setting, length, flag="in_design")
 
 
 def _thresholds_markdown(thresholds: Mapping[int, FailureThresholds]) -> str:
