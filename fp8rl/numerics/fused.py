@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import os
 import types
 from collections.abc import Callable
@@ -50,6 +49,7 @@ from collections.abc import Callable
 import torch
 
 from fp8rl.numerics.bf16 import fast_paths_enabled
+from fp8rl.numerics.formats import format_info, round_to_fp8_grid_
 
 __all__ = ["fused_available", "fused_enabled", "fused_fake_quantize"]
 
@@ -91,72 +91,40 @@ def fused_enabled() -> bool:
     return fast_paths_enabled() and fused_available() is None
 
 
-def _core(
-    x: torch.Tensor,
-    *,
-    br: int | None,
-    bc: int | None,
-    fmax: float,
-    min_exp: int,
-    mantissa_bits: int,
-    pow2: bool,
-) -> torch.Tensor:
+def _core(x: torch.Tensor, *, br: int | None, bc: int | None, fmt: str, pow2: bool) -> torch.Tensor:
     # the eager fast path of fake_quantize (amax or pow2 scales, E4M3/E5M2), step by step
     rows, cols = x.shape
     r = rows if br is None else br
     c = cols if bc is None else bc
     g = x.view(rows // r, r, cols // c, c)
     amax = g.abs().amax(dim=(1, 3), keepdim=True)
-    mult = (fmax / amax.double().clamp(min=AMAX_EPS)).float()
+    mult = (format_info(fmt).max / amax.double().clamp(min=AMAX_EPS)).float()
     if pow2:
         mult = torch.exp2(torch.floor(torch.log2(mult)))
-    scaled = g * mult
-    bits = scaled.view(torch.int32) & 0x7F800000
-    bits = bits.clamp(min=(127 + min_exp) << 23)
-    bits = bits + (((23 - mantissa_bits) << 23) | 0x400000)
-    s = bits.view(torch.float32)
-    deq = ((scaled + s) - s) * mult.reciprocal()
+    deq = round_to_fp8_grid_(g * mult, fmt) * mult.reciprocal()
     return deq.view(rows, cols)
 
 
 @functools.cache
 def _kernel(
-    br: int | None,
-    bc: int | None,
-    cols: int,
-    fmax: float,
-    min_exp: int,
-    mantissa_bits: int,
-    pow2: bool,
+    br: int | None, bc: int | None, cols: int, fmt: str, pow2: bool
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     # Dynamo keeps its compiled variants per code object (at most 8 before it falls back to
     # eager): each kernel gets its own copy of _core's code, so the operands of a model
     # never compete for one cache, and profiles name the kernel
-    name = f"fused_fq_{br or 'all'}x{bc or 'all'}_k{cols}_m{mantissa_bits}{'_pow2' if pow2 else ''}"
+    name = f"fused_fq_{br or 'all'}x{bc or 'all'}_k{cols}_{fmt}{'_pow2' if pow2 else ''}"
     code = _core.__code__.replace(co_name=name, co_qualname=name)
     fn = types.FunctionType(code, _core.__globals__, name)
-    fn.__kwdefaults__ = {
-        "br": br,
-        "bc": bc,
-        "fmax": fmax,
-        "min_exp": min_exp,
-        "mantissa_bits": mantissa_bits,
-        "pow2": pow2,
-    }
+    fn.__kwdefaults__ = {"br": br, "bc": bc, "fmt": fmt, "pow2": pow2}
     return torch.compile(fn, dynamic=False, fullgraph=True)
 
 
 def fused_fake_quantize(
-    x2d: torch.Tensor,
-    block: tuple[int, int],
-    *,
-    fmax: float,
-    min_normal: float,
-    mantissa_bits: int,
-    pow2: bool,
+    x2d: torch.Tensor, block: tuple[int, int], fmt: str, *, pow2: bool
 ) -> torch.Tensor | None:
-    """``x2d`` (float32, 2-D) fake-quantised in ``block`` groups (resolved sizes), or None
-    when the kernel cannot run (a compile failure; logged once, then always None).
+    """``x2d`` (float32, 2-D) fake-quantised to ``fmt`` (``e4m3``/``e5m2``) in ``block``
+    groups (resolved sizes), or None when the kernel cannot run (a compile failure; logged
+    once, then always None).
 
     The caller (:func:`fp8rl.numerics.scaling.fake_quantize`) has resolved and checked the
     block; a dimension the block does not divide is zero-padded here and cropped after.
@@ -173,8 +141,7 @@ def fused_fake_quantize(
     # a whole dimension is one group: None keeps the kernel valid for any size of it
     key_br = None if br == rows + pad_r else br
     key_bc = None if bc == cols + pad_c else bc
-    min_exp = round(math.log2(min_normal))
-    kernel = _kernel(key_br, key_bc, cols + pad_c, float(fmax), min_exp, mantissa_bits, pow2)
+    kernel = _kernel(key_br, key_bc, cols + pad_c, fmt, pow2)
     torch._dynamo.maybe_mark_dynamic(x, 0)  # the token count changes from call to call
     try:
         out = kernel(x)

@@ -253,15 +253,7 @@ def fake_quantize(
         # the same numbers in one compiled kernel (fp8rl.numerics.fused)
         x2d = _to_2d(x32)
         resolved = _resolve_block(tuple(x2d.shape), block, partial)
-        info = format_info(fmt)
-        out = fused_fake_quantize(
-            x2d,
-            resolved,
-            fmax=info.max,
-            min_normal=info.min_normal,
-            mantissa_bits=info.mantissa_bits,
-            pow2=rule is ScaleRule.POW2,
-        )
+        out = fused_fake_quantize(x2d, resolved, spec.name, pow2=rule is ScaleRule.POW2)
         if out is not None:
             return out.reshape(x.shape).to(x.dtype)
     g, mult, _, pads = _scaled_groups(x32, fmt, block, rule, partial)
