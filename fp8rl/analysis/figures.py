@@ -544,10 +544,9 @@ def clip_share_figure(runs: pd.DataFrame, metrics: pd.DataFrame, *, smooth: int 
 
 
 def _hist_edges() -> list[float]:
-    from fp8rl.rl.diagnostics import LOGRATIO_HIST_EDGES
+    from fp8rl.rl.diagnostics import LOGRATIO_DRAWN_EDGES
 
-    e = list(LOGRATIO_HIST_EDGES)
-    return [e[0] - 0.3, *e, e[-1] + 0.3]  # the open tails drawn 0.3 wide
+    return list(LOGRATIO_DRAWN_EDGES)  # the open tails drawn 0.3 wide
 
 
 def logratio_histograms(

@@ -49,7 +49,6 @@ W&B keep the later value.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import re
@@ -103,9 +102,6 @@ PANELS: tuple[tuple[str, str], ...] = (
 
 #: The run store's histogram bins: ``fp8rl/logratio_hist_<sign>/bNN``.
 _HIST_BIN = re.compile(r"^fp8rl/logratio_hist_(?P<sign>negadv|posadv)/b(?P<bin>\d\d)$")
-#: Width the open tails ``(-inf, -1)`` and ``[1, inf)`` are drawn with (as the report's
-#: log-ratio figure, ``fp8rl.analysis.figures``): log r beyond +-1 is r < 0.37 or r > 2.7.
-TAIL_WIDTH = 0.3
 
 
 def live_tag(name: str) -> str:
@@ -116,15 +112,13 @@ def live_tag(name: str) -> str:
     return name
 
 
-@functools.cache
 def drawn_edges() -> tuple[float, ...]:
-    """The bin edges the live histograms carry: ``LOGRATIO_HIST_EDGES`` with the two open
-    tails closed :data:`TAIL_WIDTH` beyond the outermost edges (27 edges, 26 bins). A
-    function, so that importing this module (the config schema does) loads no torch."""
-    from fp8rl.rl.diagnostics import LOGRATIO_HIST_EDGES
+    """The bin edges the live histograms carry (``fp8rl.rl.diagnostics.LOGRATIO_DRAWN_EDGES``,
+    as the report's figure). A function, so that importing this module (the config schema
+    does) loads no torch."""
+    from fp8rl.rl.diagnostics import LOGRATIO_DRAWN_EDGES
 
-    e = LOGRATIO_HIST_EDGES
-    return (e[0] - TAIL_WIDTH, *e, e[-1] + TAIL_WIDTH)
+    return LOGRATIO_DRAWN_EDGES
 
 
 @dataclass(frozen=True)

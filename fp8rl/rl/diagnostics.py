@@ -66,6 +66,16 @@ LOGRATIO_HIST_EDGES: tuple[float, ...] = (
 )  # fmt: skip
 #: Number of bins: the interior ones plus the two open tails.
 LOGRATIO_HIST_NUM_BINS: int = len(LOGRATIO_HIST_EDGES) + 1
+#: Width the open tails ``(-inf, -1)`` and ``[1, inf)`` are drawn with (the report's
+#: log-ratio figure, the live histograms): log r beyond +-1 is r < 0.37 or r > 2.7.
+LOGRATIO_TAIL_WIDTH = 0.3
+#: :data:`LOGRATIO_HIST_EDGES` with the two open tails closed :data:`LOGRATIO_TAIL_WIDTH`
+#: beyond the outermost edges (27 edges, 26 bins): the edges the histograms are drawn with.
+LOGRATIO_DRAWN_EDGES: tuple[float, ...] = (
+    LOGRATIO_HIST_EDGES[0] - LOGRATIO_TAIL_WIDTH,
+    *LOGRATIO_HIST_EDGES,
+    LOGRATIO_HIST_EDGES[-1] + LOGRATIO_TAIL_WIDTH,
+)
 
 #: Quantile levels reported for the ratio; 0 and 1 are reported as min and max.
 RATIO_QUANTILES: tuple[tuple[str, float], ...] = (
