@@ -73,12 +73,15 @@ __all__ = [
     "FRONTIER_PROTOCOL",
     "GARBLED",
     "OUTCOME_COLUMNS",
+    "PILOT_CAP_HOURS",
     "PILOT_DESIGN",
     "PILOT_RESPONSES",
+    "PILOT_WORKERS",
     "REFERENCE_EXPERIMENTS",
     "Failure",
     "FailureThresholds",
     "PilotDesign",
+    "PilotProgress",
     "Point",
     "PointOutcome",
     "Reference",
@@ -91,6 +94,7 @@ __all__ = [
     "failure_thresholds",
     "median_time_to_failure",
     "pilot_outcomes",
+    "pilot_progress",
     "pilot_thresholds",
     "point_outcomes",
     "reference_statistics",
@@ -381,6 +385,12 @@ class PilotDesign:
             return setting in self.settings
         return arm in self.dose and setting == self.centre
 
+    @property
+    def planned_runs(self) -> int:
+        """How many runs the pilot has: BF16 and plain E4M3 at every setting, the dose
+        arms at the centre, each at every seed (26 in the protocol's design)."""
+        return (2 * len(self.settings) + len(self.dose)) * len(self.seeds)
+
     def n_evals(self, length: int) -> int:
         """Evaluations up to ``length``, step 0 included (11 at 200, 6 at 100)."""
         return length // self.eval_every + 1
@@ -388,6 +398,75 @@ class PilotDesign:
 
 #: The protocol's pilot.
 PILOT_DESIGN = PilotDesign()
+
+#: The protocol's compute cap: 30 hours of run time with two workers ("The pilot's compute,
+#: estimated and capped").
+PILOT_CAP_HOURS = 30.0
+PILOT_WORKERS = 2
+
+
+@dataclass(frozen=True)
+class PilotProgress:
+    """How far the pilot has run: of the design's ``planned`` runs, how many are
+    ``finished`` (judged: recorded done or pruned at the current results version), and the
+    run time recorded so far (every pilot run's last attempt, start to finish, summed), against
+    the cap of ``cap_hours`` with ``workers`` runs side by side. The protocol applies its rule
+    once every run has finished or the cap is reached (``complete``); before that the pilot
+    has no verdict."""
+
+    planned: int
+    finished: int
+    run_hours: float
+    cap_hours: float = PILOT_CAP_HOURS
+    workers: int = PILOT_WORKERS
+
+    @property
+    def wall_hours(self) -> float:
+        """The run time spread over the workers: what the cap counts."""
+        return self.run_hours / self.workers
+
+    @property
+    def cap_reached(self) -> bool:
+        return self.wall_hours >= self.cap_hours
+
+    @property
+    def complete(self) -> bool:
+        return self.finished >= self.planned or self.cap_reached
+
+    @property
+    def text(self) -> str:
+        state = (
+            "every run has finished"
+            if self.finished >= self.planned
+            else "the cap is reached"
+            if self.cap_reached
+            else "in progress"
+        )
+        return (
+            f"{self.finished} of {self.planned} pilot runs finished; {self.run_hours:.1f} h "
+            f"of run time summed over the runs, {self.wall_hours:.1f} h with {self.workers} "
+            f"workers, of the protocol's {self.cap_hours:g}-hour cap ({state})"
+        )
+
+
+def pilot_progress(
+    runs: pd.DataFrame,
+    outcomes: pd.DataFrame,
+    design: PilotDesign = PILOT_DESIGN,
+    *,
+    cap_hours: float = PILOT_CAP_HOURS,
+    workers: int = PILOT_WORKERS,
+) -> PilotProgress:
+    """:class:`PilotProgress` from the pilot's :func:`~fp8rl.analysis.load.runs_frame`
+    (its ``wall_s``) and :func:`pilot_outcomes` (which runs are in the design and judged)."""
+    finished = 0
+    if len(outcomes):
+        judged = outcomes[outcomes["in_design"].astype(bool) & outcomes["judged"].astype(bool)]
+        finished = int(judged["run_id"].nunique())
+    seconds = pd.to_numeric(runs.get("wall_s", pd.Series(dtype=float)), errors="coerce")
+    return PilotProgress(
+        design.planned_runs, finished, float(seconds.fillna(0).sum()) / 3600, cap_hours, workers
+    )
 
 
 def reference_thresholds(

@@ -36,6 +36,7 @@ from fp8rl.analysis.frontier import (
     PILOT_DESIGN,
     FailureThresholds,
     PilotDesign,
+    PilotProgress,
     PointOutcome,
     Regime,
     Setting,
@@ -43,10 +44,16 @@ from fp8rl.analysis.frontier import (
     median_time_to_failure,
     outcome_cell,
     pilot_outcomes,
+    pilot_progress,
     point_outcomes,
 )
 from fp8rl.analysis.load import as_store, eval_frame, metrics_frame, runs_frame
-from fp8rl.analysis.study_report import ProtocolCheck, protocol_check, run_starts
+from fp8rl.analysis.study_report import (
+    ProtocolCheck,
+    protocol_check,
+    run_provenance,
+    run_starts,
+)
 from fp8rl.analysis.tables import markdown_table
 from fp8rl.runs import RunStore, atomic_write_text
 
@@ -72,12 +79,18 @@ class PilotReport:
     directory: Path
     outcomes: pd.DataFrame
     points: list[PointOutcome]
-    regime: Regime | None  # None: no pilot run yet
+    regime: Regime | None  # None: no pilot run yet; a verdict only once progress.complete
     protocol: ProtocolCheck
     figures: list[Path]
+    progress: PilotProgress
 
     def summary_text(self) -> str:
-        verdict = self.regime.text if self.regime is not None else "no pilot run yet"
+        if self.regime is None:
+            verdict = "no pilot run yet"
+        elif not self.progress.complete:
+            verdict = f"no verdict yet: {self.progress.text}"
+        else:
+            verdict = self.regime.text
         return f"{self.protocol.text}\n{verdict}\nreport: {self.directory}"
 
 
@@ -199,7 +212,7 @@ def lever_effects(outcomes: pd.DataFrame, design: PilotDesign = PILOT_DESIGN) ->
     return pd.DataFrame(rows)
 
 
-def _runs_markdown(outcomes: pd.DataFrame, design: PilotDesign) -> str:
+def _runs_markdown(outcomes: pd.DataFrame, design: PilotDesign, cpus: Mapping[str, str]) -> str:
     arms = [design.baseline, design.plain, *design.dose]
     order = outcomes.assign(
         _arm=[arms.index(a) if a in arms else len(arms) for a in outcomes["arm"]]
@@ -216,6 +229,7 @@ def _runs_markdown(outcomes: pd.DataFrame, design: PilotDesign) -> str:
             if first["in_design"]
             else f"{first['state']}; not the design's",
             "last step": first["last_step"],
+            "CPU": cpus.get(run_id, "?"),
         }
         for r in mine.itertuples():
             if not r.read:
@@ -345,14 +359,25 @@ def curves_figure(
     return F.Figure("pilot_curves", fig, data, caption)
 
 
-def _verdict_lines(regime: Regime | None, root: str, experiment: str) -> list[str]:
+def _verdict_lines(
+    regime: Regime | None, progress: PilotProgress, root: str, experiment: str
+) -> list[str]:
     if regime is None:
         return [
             f"**No pilot run yet.** The store `{root}` holds no run of `{experiment}`: the "
             "rule has nothing to read, so there is no verdict. This is not the protocol's "
             '"no regime" (part 5), which is a result of the pilot once it has run.',
         ]
-    lines = [regime.text]
+    if not progress.complete:
+        return [
+            f"**No verdict yet: the pilot is in progress.** {progress.text}. The protocol "
+            "applies its rule once every run has finished or the cap is reached; until then "
+            "nothing below is a result of the pilot.",
+            "",
+            f"Provisional, not a verdict: the rule applied to the finished runs alone reads "
+            f"{regime.text}",
+        ]
+    lines = [regime.text, "", f"{progress.text}."]
     if not regime.found:
         lines += [
             "",
@@ -386,6 +411,8 @@ def write_pilot_report(
     outcomes = pilot_outcomes(runs, metrics, evals, thresholds, design)
     points = point_outcomes(outcomes, design)
     regime = choose_regime(outcomes, design) if len(runs) else None
+    progress = pilot_progress(runs, outcomes, design)
+    cpus = run_provenance(store, experiment).set_index("run_id")["cpu"].to_dict()
     check = protocol_check(protocol, run_starts(store, experiment), FRONTIER_PROTOCOL)
     figures: list[F.Figure] = []
     if len(runs):
@@ -399,11 +426,11 @@ def write_pilot_report(
     atomic_write_text(out / "outcomes.csv", outcomes.to_csv(index=False))
     lines = _report_lines(
         store.root.as_posix(), experiment, check, commands, regime, thresholds, points,
-        outcomes, design, figures, has_runs=bool(len(runs)),
+        outcomes, design, figures, progress, cpus, has_runs=bool(len(runs)),
     )  # fmt: skip
     atomic_write_text(out / "README.md", "\n".join(lines))
     logger.info("pilot report written to %s", out)
-    return PilotReport(out, outcomes, points, regime, check, paths)
+    return PilotReport(out, outcomes, points, regime, check, paths, progress)
 
 
 def _report_lines(
@@ -417,6 +444,8 @@ def _report_lines(
     outcomes: pd.DataFrame,
     design: PilotDesign,
     figures: list[F.Figure],
+    progress: PilotProgress,
+    cpus: Mapping[str, str],
     *,
     has_runs: bool,
 ) -> list[str]:
@@ -437,7 +466,7 @@ def _report_lines(
     lines += [
         "## Verdict: the study's regime",
         "",
-        *_verdict_lines(regime, root, experiment),
+        *_verdict_lines(regime, progress, root, experiment),
         "",
         "## Failure thresholds (from the committed BF16 reference runs only)",
         "",
@@ -489,9 +518,11 @@ def _report_lines(
         "Each run's outcome at each length read (`@<steps>`: the endpoint that fired first and "
         "its step, or no failure; 'not read': not done/pruned and current, stopped before that "
         "length, or outside the protocol's levels and seeds) and its endpoints' statistics at "
-        f"{max(design.lengths)} steps. Unrounded: `outcomes.csv`.",
+        f"{max(design.lengths)} steps, and the CPU it ran on (its `provenance.json`; FP32 "
+        "kernels differ between CPU kinds, so a run repeats bit for bit only on its own). "
+        "Unrounded: `outcomes.csv`.",
         "",
-        _runs_markdown(outcomes, design) if len(outcomes) else "no pilot runs",
+        _runs_markdown(outcomes, design, cpus) if len(outcomes) else "no pilot runs",
         "",
     ]
     return lines

@@ -68,6 +68,7 @@ __all__ = [
     "base_gain",
     "build_study",
     "protocol_check",
+    "run_provenance",
     "run_starts",
     "run_times",
     "study_lines",
@@ -153,19 +154,26 @@ def run_starts(source: RunStore | Path | str, experiment: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["run_id", "started_at", "commit"])
 
 
-def code_and_hardware(source: RunStore | Path | str, experiment: str) -> pd.DataFrame:
-    """Where and from what code each current run of ``experiment`` ran, per seed, from the
-    runs' ``provenance.json`` (its latest attempt): the CPU models, the commits, how many
-    runs came from an uncommitted tree (``dirty``; known by a hash of their diff only before
-    runs stored the diff itself) and the runs counted."""
+def run_provenance(source: RunStore | Path | str, experiment: str) -> pd.DataFrame:
+    """Where and from what code each current run of ``experiment`` ran, one row per run
+    from its ``provenance.json`` (its latest attempt): ``run_id, seed, cpu`` (the CPU model,
+    ``?`` if unrecorded), ``commit`` (7 characters) and ``dirty`` (from an uncommitted
+    tree)."""
     rows = []
     for info in _started_runs(source, experiment):
         prov = info.provenance
         git, hw = prov.get("git") or {}, prov.get("hardware") or {}
         seed = (prov.get("seeds") or {}).get("seed", info.config.get("seed"))
-        rows.append((seed, hw.get("cpu_model") or "?", (git.get("commit") or "?")[:7],
-                     bool(git.get("dirty"))))  # fmt: skip
-    frame = pd.DataFrame(rows, columns=["seed", "cpu", "commit", "dirty"])
+        rows.append((info.run_id, seed, hw.get("cpu_model") or "?",
+                     (git.get("commit") or "?")[:7], bool(git.get("dirty"))))  # fmt: skip
+    return pd.DataFrame(rows, columns=["run_id", "seed", "cpu", "commit", "dirty"])
+
+
+def code_and_hardware(source: RunStore | Path | str, experiment: str) -> pd.DataFrame:
+    """:func:`run_provenance` per seed: the CPU models, the commits, how many runs came
+    from an uncommitted tree (``dirty``; known by a hash of their diff only before runs
+    stored the diff itself) and the runs counted."""
+    frame = run_provenance(source, experiment)
     if frame.empty:
         return pd.DataFrame(columns=["seed", "cpu", "commits", "runs", "dirty"])
     return (

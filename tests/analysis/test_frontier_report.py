@@ -8,9 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pilot_store import PILOT, hand_thresholds, scenario_a
+from pilot_store import LR_LOW, PILOT, hand_thresholds, scenario_a
 
 from fp8rl.analysis.frontier_report import write_pilot_report
+from fp8rl.analysis.study_report import run_provenance
 from fp8rl.runs import RunStore
 
 
@@ -43,6 +44,8 @@ def test_the_report_lists_every_run_and_the_regime_and_regenerates_byte_identica
     assert "**Regime: lr 1.7e-04, T 1.0, base 1200, 200 steps** (rule 2)" in text
     assert "E4M3 -> E3M2 -> E2M1 in rowwise scaling (MX groups prove too gentle" in text
     assert "WARNING: the protocol docs/study/frontier_protocol.md is not committed" in text
+    assert first.progress.complete and first.progress.finished == first.progress.planned == 26
+    assert "26 of 26 pilot runs finished" in text and "(every run has finished)" in text
     for run_id in first.outcomes["run_id"].unique():
         assert f"`{run_id}`" in text
     # the centre's E4M3 runs: drawdown at 120 and garbled at 160 (not read at 100)
@@ -69,3 +72,25 @@ def test_without_pilot_runs_the_report_says_so(tmp_path) -> None:
     )
     assert "no pilot runs" in text
     assert sorted(_files(tmp_path / "out")) == ["README.md", "outcomes.csv"]
+
+
+def test_a_pilot_in_progress_gives_no_verdict(tmp_path) -> None:
+    """Scenario A's BF16 and E4M3 runs at lr 1e-4 only (4 of 26): the rule's reading is
+    shown as provisional, never as the protocol's verdict (no "no regime", no part 5)."""
+    store = RunStore(tmp_path / "results")
+    partial = scenario_a()
+    partial.specs = [s for s in partial.specs if s.setting == LR_LOW]
+    assert len(partial.specs) == 4
+    partial.write(store)
+    report = write_pilot_report(store, tmp_path / "out", hand_thresholds(), protocol=None)
+    text = (tmp_path / "out" / "README.md").read_text()
+    assert not report.progress.complete
+    assert (report.progress.finished, report.progress.planned) == (4, 26)
+    assert "**No verdict yet: the pilot is in progress.** 4 of 26 pilot runs finished" in text
+    assert "Provisional, not a verdict: the rule applied to the finished runs alone reads" in text
+    assert "Part 5 of the issue" not in text
+    assert "no verdict yet" in report.summary_text()
+    # every run names the CPU its provenance recorded (this machine's, written by the store)
+    cpus = run_provenance(store, PILOT).set_index("run_id")["cpu"]
+    for run_id in report.outcomes["run_id"].unique():
+        assert f"| {cpus[run_id]} |" in next(ln for ln in text.splitlines() if f"`{run_id}`" in ln)
