@@ -133,6 +133,10 @@ bench-trainer: setup ## Time the tiny RL step by phase per recipe and the calibr
 bench-fused-quant: setup ## Fused (torch.compile) vs eager fake quantisation per operand group, interleaved (FP8RL_FUSED_QUANT's evidence)
 	$(PY) benchmarks/bench_fused_quant.py $(ARGS)
 
+.PHONY: bench-mx-rounding
+bench-mx-rounding: setup ## MX element rounding (FP6/FP4 arithmetic) fast vs reference path per format, interleaved, same bits checked
+	$(PY) benchmarks/bench_mx_rounding.py $(ARGS)
+
 .PHONY: bench-cli
 bench-cli: setup ## How long sweep.py takes to answer (--help, config errors, --status) vs an earlier commit, interleaved: make bench-cli ARGS="--against 7dbb020"
 	$(PY) benchmarks/bench_cli.py $(ARGS)

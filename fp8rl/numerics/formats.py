@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fp8rl.numerics.bf16 import fast_paths_enabled
 from fp8rl.numerics.elements import ELEMENT_FORMATS, ElementFormat, element_info
 
 __all__ = [
@@ -128,10 +129,18 @@ def round_to_fp8_grid_(v: torch.Tensor, fmt: Fp8Format | str) -> torch.Tensor:
     if v.dtype != torch.float32:
         raise TypeError(f"round_to_fp8_grid_ needs float32, got {v.dtype}")
     info = format_info(fmt)
-    min_exp = round(math.log2(info.min_normal))
+    return _round_to_spacing(v, round(math.log2(info.min_normal)), info.mantissa_bits)
+
+
+def _round_to_spacing(v: torch.Tensor, min_exp: int, mantissa_bits: int) -> torch.Tensor:
+    """FP32 ``v`` rounded, ties to even, to the grid of a float format with ``mantissa_bits``
+    and smallest normal exponent ``min_exp``: ``(v + s) - s`` with ``s = 1.5 * 2**(e + 23 -
+    mantissa_bits)``, ``e`` the exponent of ``v`` clamped to ``min_exp`` (the trick of
+    :func:`round_to_fp8_grid_`). Finite ``|v|`` must be below ``2**(127 - 23 + mantissa_bits)``
+    (every format here is far inside); a zero result is +0; NaN stays NaN."""
     bits = v.view(torch.int32) & 0x7F800000
     bits.clamp_(min=(127 + min_exp) << 23)
-    bits.add_(((23 - info.mantissa_bits) << 23) | 0x400000)
+    bits.add_(((23 - mantissa_bits) << 23) | 0x400000)
     s = bits.view(torch.float32)
     return torch.add(v, s).sub_(s)
 
@@ -149,13 +158,19 @@ def round_to_element(x: torch.Tensor, fmt: ElementFormat | str) -> torch.Tensor:
     ``v`` clamped to the smallest normal exponent (subnormals share that spacing), the
     spacing is ``q = 2**(e - mantissa_bits)`` and the result ``round(v / q) * q`` — every
     step exact, in float32 (float64 for float64 input; BF16/FP16 input is computed in
-    float32 and returned in its dtype, which holds every MX value exactly).
+    float32 and returned in its dtype, which holds every MX value exactly). With the fast
+    paths on (:func:`fp8rl.numerics.bf16.fast_paths_enabled`) float32 takes the same values,
+    every bit, from the arithmetic of :func:`round_to_fp8_grid_`, in fewer passes.
     """
     spec = element_info(fmt)
     if spec.torch_dtype is not None:
         return round_to_fp8(x, spec.name)
     v = x if x.dtype in (torch.float32, torch.float64) else x.float()
     v = v.clamp(-spec.max, spec.max)
+    if v.dtype == torch.float32 and fast_paths_enabled():
+        # round(v / q) * q in fewer passes: the arithmetic of round_to_fp8_grid_ (tested bit
+        # for bit against the formula below); copysign gives a zero result v's sign
+        return _round_to_spacing(v, spec.emin, spec.mantissa_bits).copysign_(v).to(x.dtype)
     _, e = torch.frexp(v)  # v = m * 2**e with 0.5 <= |m| < 1, so floor(log2|v|) = e - 1
     exp = (e - 1).clamp_(min=spec.emin) - spec.mantissa_bits  # in [emin - m, emax - m]
     if v.dtype == torch.float64:

@@ -126,6 +126,24 @@ def test_random_values_round_to_the_brute_force_nearest(fmt: str) -> None:
 
 
 @pytest.mark.parametrize("fmt", MX)
+def test_fast_float32_rounding_is_the_formula_bit_for_bit(fmt: str) -> None:
+    # the float32 path's arithmetic trick against round(v / q) * q in float64, every bit:
+    # values that round to zero keep their sign (-1e-6 -> -0), subnormals, ties, NaN
+    g = torch.Generator().manual_seed(1)
+    n = 50000
+    x = torch.randn(n, generator=g) * torch.exp2(torch.randint(-30, 8, (n,), generator=g).float())
+    vals, _ = grid(fmt)
+    mids = torch.tensor((vals[:-1] + vals[1:]) / 2, dtype=torch.float32)
+    x = torch.cat([x, mids, -mids, torch.tensor([-1e-6, 1e-6, -0.0, 0.0, math.nan, -math.nan])])
+    got = round_to_element(x, fmt)
+    with reference_paths():
+        ref32 = round_to_element(x, fmt)  # the formula in float32
+    for want in (round_to_element(x.double(), fmt).float(), ref32):
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    assert torch.signbit(got[-6]) and not torch.signbit(got[-5])  # -1e-6 -> -0, 1e-6 -> +0
+
+
+@pytest.mark.parametrize("fmt", MX)
 def test_saturation_inf_and_nan(fmt: str) -> None:
     # chosen: finite overflow and +-inf saturate to +-max (the format has no inf); NaN stays
     # NaN (it has no NaN either, but scaling never lets one reach an element: its group is NaN)

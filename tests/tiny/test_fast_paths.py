@@ -1,5 +1,6 @@
 """The numerics' fast paths (fp8rl.numerics.bf16: skipped re-roundings of values already on
-the BF16 grid, cached rounded weights while no gradient is recorded) are pure speed-ups:
+the BF16 grid, cached rounded weights while no gradient is recorded, the MX elements'
+arithmetic rounding in fp8rl.numerics.formats) are pure speed-ups:
 a run computes the same bits with them and with the reference paths, recipe by recipe."""
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ RECIPES = {
         "clipping.mode": "calibrated",
         "clipping.period": 1,
     },
+    "mxfp4 (emulated E2M1 rounding)": {"granularity.training": "mxfp4"},
 }
 
 
