@@ -20,7 +20,7 @@ Blockwise scaling uses the backend's default block (``granularity.block_size`` n
 key of every run (dotted, as in the config tree; values read as YAML), e.g. a smoke check
 on the small base: ``--set model.preset=tiny-test model.sft.steps=30``. ``--recipes``
 picks runs by name or alias (bf16, fp8-rollout, tensorwise, rowwise, blockwise,
-calibrated, fp16, mxfp8, mxfp4).
+calibrated, fp16, mxfp8, mxfp6, mxfp4).
 
 ``--against REF`` times an earlier commit and the working tree side by side: REF is
 checked out with ``git worktree`` into a temporary directory (removed at the end), and
@@ -101,12 +101,13 @@ RUNS: dict[str, dict[str, Any]] = {
     },
     "FP16 rollout + FP16 training (loss scaling)": {"granularity.training": "fp16"},
     "MXFP8 (E4M3, 1x32 E8M0) + BF16 rollout": {"granularity.training": "mxfp8"},
+    "MXFP6 (E3M2, 1x32 E8M0) + BF16 rollout": {"granularity.training": "mxfp6_e3m2"},
     "MXFP4 (E2M1, 1x32 E8M0) + BF16 rollout": {"granularity.training": "mxfp4"},
 }
 
 #: Short names for ``--recipes``, in RUNS order.
 _SHORT = ("bf16", "fp8-rollout", "tensorwise", "rowwise", "blockwise", "calibrated")
-ALIASES = dict(zip((*_SHORT, "fp16", "mxfp8", "mxfp4"), RUNS, strict=True))
+ALIASES = dict(zip((*_SHORT, "fp16", "mxfp8", "mxfp6", "mxfp4"), RUNS, strict=True))
 
 #: The oldest commit ``--against`` can time: ``train(RunConfig, store, ...)`` with the
 #: ``timing_s/*`` phases read here.
