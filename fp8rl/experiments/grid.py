@@ -102,11 +102,16 @@ class CostModel:
     its backend's prior scaled by :attr:`speed`: how this machine, as loaded now, runs
     against the priors, from the measured runs (those in flight when there are any, so an
     ETA follows the load of the machine it is read on; every measured run otherwise). The
-    one-time set-ups (base-model builds) scale by the same factor."""
+    one-time set-ups (base-model builds) scale by the same factor. Runs of the current
+    results version are preferred to stale ones wherever both were measured: a results
+    version can change what a step costs (packed updates made steps 0.7-0.8x), so an older
+    version's step times are used only where the current one has none."""
 
-    measured: dict[tuple, list[float]] = field(default_factory=dict)
-    #: per measured run: (its median step time / its backend's prior, whether it is running)
-    ratios: list[tuple[float, bool]] = field(default_factory=list)
+    #: per cost key: each measured run's median step time and whether it is current
+    measured: dict[tuple, list[tuple[float, bool]]] = field(default_factory=dict)
+    #: per measured run: (its median step time / its backend's prior, whether it is running,
+    #: whether it is current)
+    ratios: list[tuple[float, bool, bool]] = field(default_factory=list)
 
     @classmethod
     def from_store(cls, root: Path | str) -> CostModel:
@@ -132,29 +137,40 @@ class CostModel:
             key = _cost_key(cfg, run_threads(info))
             if not steps or key is None:
                 continue
-            median = statistics.median(steps)
-            self.measured.setdefault(key, []).append(median)
+            median, current = statistics.median(steps), not info.stale
+            self.measured.setdefault(key, []).append((median, current))
             prior = get_backend(cfg.backend.name).cost(cfg).default_step_s()
             if prior > 0:
                 in_flight = info.status is RunStatus.RUNNING and not info.crashed
-                self.ratios.append((median / prior, in_flight))
+                self.ratios.append((median / prior, in_flight, current))
+
+    def _found(self, cfg: RunConfig, threads: int | None) -> list[float]:
+        """Median step times of the measured runs like ``cfg``: the current version's
+        where there are any, else the stale ones."""
+        runs = self.measured.get(_cost_key(cfg, threads), [])  # type: ignore[arg-type]
+        return [m for m, current in runs if current] or [m for m, _ in runs]
 
     @property
     def speed(self) -> float:
         """Measured over prior step time: the median over the runs in flight, else over every
         measured run (1.0 with none)."""
-        live = [r for r, running in self.ratios if running]
-        found = live or [r for r, _ in self.ratios]
+        found = self._speed_ratios()
         return statistics.median(found) if found else 1.0
 
+    def _speed_ratios(self) -> list[float]:
+        """The runs in flight, else the current version's finished runs, else every run."""
+        live = [r for r, running, _ in self.ratios if running]
+        current = [r for r, _, now in self.ratios if now]
+        return live or current or [r for r, _, _ in self.ratios]
+
     def speed_source(self) -> str:
-        live = sum(1 for _, running in self.ratios if running)
-        n = live or len(self.ratios)
+        live = sum(1 for _, running, _ in self.ratios if running)
+        n = len(self._speed_ratios())
         return f"{n} run{'s' if n != 1 else ''}{' in flight' if live else ''}"
 
     def measured_step_seconds(self, cfg: RunConfig, threads: int | None) -> float | None:
         """Median measured seconds per step of runs like ``cfg``, or None."""
-        found = self.measured.get(_cost_key(cfg, threads))  # type: ignore[arg-type]
+        found = self._found(cfg, threads)
         return statistics.median(found) if found else None
 
     def step_seconds(
@@ -163,7 +179,7 @@ class CostModel:
         """(seconds per step, where the number comes from) for a resolved run config;
         ``cost``: its backend's cost model (the prior, scaled by :attr:`speed`, when nothing
         like it was measured)."""
-        found = self.measured.get(_cost_key(cfg, threads))  # type: ignore[arg-type]
+        found = self._found(cfg, threads)
         if found:
             return statistics.median(found), f"measured ({len(found)} runs)"
         cost = cost or get_backend(cfg.backend.name).cost(cfg)

@@ -25,6 +25,7 @@ from fp8rl.experiments.progress import (
 from fp8rl.experiments.schema import ConfigError
 from fp8rl.numerics.registry import recipe_decl
 from fp8rl.runs import RunStore
+from fp8rl.runs.ids import RESULTS_VERSION
 from fp8rl.tiny.backend import DEFAULT_STEP_S, RUN_OVERHEAD_S
 
 
@@ -148,6 +149,28 @@ def test_default_costs_scale_with_batch_and_precision(tmp_path: Path) -> None:
     # the base model is not in the (empty) cache: its SFT build is counted once
     assert not bf16.setup_done and plan.base_build_s > 0
     assert plan.total_s == pytest.approx(bf16.est_s + fp8.est_s + plan.base_build_s)
+
+
+def test_measured_step_times_prefer_the_current_results_version(tmp_path: Path) -> None:
+    """A stale run (an older results version) of the same cost key is used only where no
+    current run was measured: a version can change what a step costs."""
+    (point,) = planned(["seed=0"], tmp_path).points
+    root = tmp_path / "runs"
+
+    def measured_run(seed: int, step_s: float, version: int) -> None:
+        store = RunStore(root, results_version=version)
+        with store.open_run("test", dict(point.config, seed=seed)) as run:
+            run.log_metrics(1, {"timing_s/step": step_s})
+            run.mark("done")
+
+    measured_run(1, 9.0, RESULTS_VERSION - 1)
+    old_only = CostModel.from_store(root)
+    assert old_only.step_seconds(point.resolved.config, point.threads) == (9.0, "measured (1 runs)")
+    measured_run(2, 3.0, RESULTS_VERSION)
+    both = CostModel.from_store(root)
+    assert both.step_seconds(point.resolved.config, point.threads) == (3.0, "measured (1 runs)")
+    assert both.measured_step_seconds(point.resolved.config, point.threads) == 3.0
+    assert both.speed == pytest.approx(old_only.speed / 3)  # the current run's ratio alone
 
 
 def test_status_lists_runs_outside_the_plan_too(tmp_path: Path) -> None:
