@@ -17,6 +17,8 @@ import argparse
 import platform
 import statistics
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -62,15 +64,24 @@ def measure(x: torch.Tensor, block, pow2: bool, reps: int, calls: int) -> tuple[
     compile_s = time.perf_counter() - t0
     run(True)  # a second token count may recompile once with that dimension dynamic
     same = same_bits(first, run(False))
-    times: dict[bool, list[float]] = {False: [], True: []}
+    eager, fast = interleaved(run, (False, True), reps, calls)
+    return compile_s, eager * 1e3, fast * 1e3, float(same)
+
+
+def interleaved(
+    run: Callable[[Any], object], args: Sequence[Any], reps: int, calls: int
+) -> list[float]:
+    """Median seconds per call of ``run(a)`` for each ``a`` of ``args``: ``reps`` rounds,
+    each timing ``calls`` calls of every ``a`` in turn (interleaved, so a change in the
+    machine's load reaches all of them alike)."""
+    times: list[list[float]] = [[] for _ in args]
     for _ in range(reps):
-        for on in (False, True):
+        for i, a in enumerate(args):
             t0 = time.perf_counter()
             for _ in range(calls):
-                run(on)
-            times[on].append((time.perf_counter() - t0) / calls)
-    eager, fast = statistics.median(times[False]), statistics.median(times[True])
-    return compile_s, eager * 1e3, fast * 1e3, float(same)
+                run(a)
+            times[i].append((time.perf_counter() - t0) / calls)
+    return [statistics.median(t) for t in times]
 
 
 def main() -> None:

@@ -17,11 +17,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
-from bench_fused_quant import cpu_name, same_bits
+from bench_fused_quant import cpu_name, interleaved, same_bits
 
 from fp8rl.numerics.bf16 import reference_paths
 from fp8rl.numerics.scaling import fake_quantize
@@ -38,14 +36,8 @@ def measure(x: torch.Tensor, fmt: str, reps: int, calls: int) -> tuple[float, fl
             return fake_quantize(x, fmt, (1, 32), scale_rule="e8m0")
 
     same = same_bits(run(False), run(True))
-    times: dict[bool, list[float]] = {True: [], False: []}
-    for _ in range(reps):
-        for reference in (True, False):
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                run(reference)
-            times[reference].append((time.perf_counter() - t0) / calls)
-    return statistics.median(times[True]) * 1e3, statistics.median(times[False]) * 1e3, same
+    reference, fast = interleaved(run, (True, False), reps, calls)
+    return reference * 1e3, fast * 1e3, same
 
 
 def main() -> None:
