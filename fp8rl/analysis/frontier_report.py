@@ -491,7 +491,11 @@ def _report_lines(
         "",
         "MX 1 x 32 groups with power-of-two scales on every training GEMM, BF16 rollout; "
         f"{design.plain} beside them."
-        + (f" Dose series: {regime.scaling_reason}." if regime is not None else ""),
+        + (
+            f" Dose series: {regime.scaling_reason}."
+            if regime is not None and progress.complete
+            else ""
+        ),
         "",
         _dose_markdown(outcomes, design),
         "",
