@@ -337,6 +337,9 @@ def curves_figure(
                          "step": int(s), "value": float(v)}
                         for s, v in mean.items()
                     ]  # fmt: skip
+                if not ax.lines:  # a setting none of whose runs is in the store yet
+                    ax.text(0.5, 0.5, "no run yet", ha="center", va="center",
+                            transform=ax.transAxes, fontsize=7, color="0.4")  # fmt: skip
                 if row == 0:
                     ax.set_title(setting.label, fontsize=7)
                 ax.set_ylabel("token entropy (nats)" if row == 0 else "held-out accuracy")
