@@ -84,14 +84,21 @@ def interleaved(
     return [statistics.median(t) for t in times]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def microbench_args(doc: str) -> argparse.Namespace:
+    """The per-operand microbenchmarks' options (threads set): ``--threads``, ``--tokens``
+    (the operands' rows), ``--reps`` rounds of ``--calls`` calls."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--tokens", type=int, default=2880)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--calls", type=int, default=20)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    return args
+
+
+def main() -> None:
+    args = microbench_args(__doc__)
     before = fused._env_on
     fused._env_on = True
     if fused.fused_available() is not None:

@@ -16,10 +16,8 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
-
 import torch
-from bench_fused_quant import cpu_name, interleaved, same_bits
+from bench_fused_quant import cpu_name, interleaved, microbench_args, same_bits
 
 from fp8rl.numerics.bf16 import reference_paths
 from fp8rl.numerics.scaling import fake_quantize
@@ -41,13 +39,7 @@ def measure(x: torch.Tensor, fmt: str, reps: int, calls: int) -> tuple[float, fl
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--tokens", type=int, default=2880)
-    ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--calls", type=int, default=20)
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    args = microbench_args(__doc__)
     g = torch.Generator().manual_seed(0)
     print(
         f"{cpu_name()}, torch {torch.__version__}, {args.threads} thread(s); 1 x 32 groups, "
