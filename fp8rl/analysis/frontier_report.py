@@ -511,15 +511,22 @@ def _report_lines(
         "",
         markdown_table(lever_effects(outcomes, design)) if has_runs else "no pilot runs",
         "",
-        "## Figures",
-        "",
     ]
+    return [*lines, *_figure_and_run_lines(figures, outcomes, design, cpus)]
+
+
+def _figure_and_run_lines(
+    figures: list[F.Figure], outcomes: pd.DataFrame, design: PilotDesign, cpus: Mapping[str, str]
+) -> list[str]:
+    """The report's last two sections: the figures and every run with its CPU."""
+    lines = ["## Figures", ""]
     if figures:
         for fig in figures:
             lines += [f"![{fig.name}](figures/{fig.name}.png)", "", fig.caption, ""]
     else:
         lines += ["none: no pilot runs", ""]
-    lines += [
+    return [
+        *lines,
         "## Every run",
         "",
         "Each run's outcome at each length read (`@<steps>`: the endpoint that fired first and "
@@ -532,4 +539,3 @@ def _report_lines(
         _runs_markdown(outcomes, design, cpus) if len(outcomes) else "no pilot runs",
         "",
     ]
-    return lines
