@@ -68,10 +68,13 @@ from fp8rl.runs import RunStore
 
 __all__ = [
     "ACCURACY",
+    "CLIP_GAP",
     "DRAWDOWN_DRAWS",
+    "ENDPOINTS",
     "ENTROPY",
     "FRONTIER_PROTOCOL",
     "GARBLED",
+    "LINK_COLUMNS",
     "OUTCOME_COLUMNS",
     "PILOT_CAP_HOURS",
     "PILOT_DESIGN",
@@ -91,7 +94,9 @@ __all__ = [
     "choose_regime",
     "drawdown",
     "drawdown_quantile",
+    "endpoint_steps",
     "failure_thresholds",
+    "loop_links",
     "median_time_to_failure",
     "pilot_outcomes",
     "pilot_progress",
@@ -265,28 +270,32 @@ class Failure:
     until: int
 
 
-def run_failure(
+#: The failure endpoints, in the order ties at one step go (:func:`run_failure`).
+ENDPOINTS = ("surge", "garbled", "drawdown")
+
+
+def endpoint_steps(
     entropy: Sequence[tuple[int, float]],
     accuracy: Sequence[tuple[int, float]],
     garbled: Sequence[tuple[int, float]],
     thresholds: FailureThresholds,
     until: int,
-) -> Failure:
-    """Whether and when a run fails (module docstring); curves as ``(step, value)`` pairs,
-    read up to step ``until``. Ties between endpoints at one step go in the order surge,
-    garbled, drawdown."""
-    found: list[tuple[int, int, str]] = []
+) -> dict[str, int | None]:
+    """The first step at which each endpoint of :data:`ENDPOINTS` crosses its threshold up
+    to step ``until`` (None: it does not): the surge's start, the evaluation step of the
+    garbled share (after step 0) or of the drawdown. Curves as ``(step, value)`` pairs."""
+    steps: dict[str, int | None] = dict.fromkeys(ENDPOINTS)
     ent = sorted((s, v) for s, v in entropy if s <= until and not math.isnan(v))
     smooth = trailing_mean([v for _, v in ent], thresholds.surge_window)
     low = math.inf
     for (step, _), v in zip(ent, smooth, strict=True):
         low = min(low, v)
         if low > 0 and v > thresholds.surge_factor * low:
-            found.append((step, 0, "surge"))
+            steps["surge"] = step
             break
     for step, v in sorted(garbled):
         if 0 < step <= until and v > thresholds.garbled:
-            found.append((step, 1, "garbled"))
+            steps["garbled"] = step
             break
     peak = -math.inf
     for step, v in sorted(accuracy):
@@ -294,8 +303,23 @@ def run_failure(
             break
         peak = max(peak, v)
         if peak - v > thresholds.drawdown:
-            found.append((step, 2, "drawdown"))
+            steps["drawdown"] = step
             break
+    return steps
+
+
+def run_failure(
+    entropy: Sequence[tuple[int, float]],
+    accuracy: Sequence[tuple[int, float]],
+    garbled: Sequence[tuple[int, float]],
+    thresholds: FailureThresholds,
+    until: int,
+) -> Failure:
+    """Whether and when a run fails (module docstring): the first of its
+    :func:`endpoint_steps`. Ties between endpoints at one step go in the order surge,
+    garbled, drawdown."""
+    steps = endpoint_steps(entropy, accuracy, garbled, thresholds, until)
+    found = [(s, i, name) for i, name in enumerate(ENDPOINTS) if (s := steps[name]) is not None]
     if not found:
         return Failure(False, None, None, until)
     step, _, endpoint = min(found)
@@ -590,6 +614,66 @@ def pilot_outcomes(
                 }
             )  # fmt: skip
     return pd.DataFrame(rows, columns=OUTCOME_COLUMNS)
+
+
+#: The BF16 shadow's clip gap (fp8rl.tiny diagnostics, on shadow steps only): the share of
+#: negative-advantage tokens the run's own policy clips at the lower bound minus the share a
+#: BF16 recomputation of the same update would clip — the paper's first link.
+CLIP_GAP = "fp8rl/shadow/clipfrac_low_negadv_gap"
+
+#: The columns of :func:`loop_links`.
+LINK_COLUMNS = [
+    "run_id", "arm", "seed", "lr", "temperature", "sft_steps", "length", "clip_gap_early",
+    "clip_gap", "first_surge", "first_garbled", "first_drawdown", "first_endpoint",
+]  # fmt: skip
+
+
+def loop_links(
+    outcomes: pd.DataFrame,
+    metrics: pd.DataFrame,
+    evals: pd.DataFrame,
+    thresholds: Mapping[int, FailureThresholds],
+    design: PilotDesign = PILOT_DESIGN,
+) -> pd.DataFrame:
+    """The paper's loop, link by link, per pilot run read at the longest length
+    (:data:`LINK_COLUMNS`): the shadow's clip gap (:data:`CLIP_GAP`, the mean over the
+    shadow steps up to the first evaluation after step 0, ``clip_gap_early``, and up to the
+    length, ``clip_gap``; NaN without a shadow step) and the first step of each endpoint on
+    its own (:func:`endpoint_steps`; NaN: it never crossed), beside the one that fired
+    first. Only runs ``read`` there (:func:`pilot_outcomes`) enter: the part-5 account of
+    what each lever did is over the design's runs."""
+    length = max(design.lengths)
+    early = design.eval_every
+    rows = []
+    if outcomes.empty:
+        return pd.DataFrame(columns=LINK_COLUMNS)
+    read = outcomes[(outcomes["length"] == length) & outcomes["read"].astype(bool)]
+    for r in read.itertuples():
+        mine = metrics[metrics["run_id"] == r.run_id]
+        ent = _curve(mine[mine["metric"] == ENTROPY])
+        gap = mine[(mine["metric"] == CLIP_GAP) & mine["value"].notna()]
+        ev = evals[(evals["run_id"] == r.run_id) & (evals["family"] == "all")]
+        acc = _curve(ev[ev["stat"] == "acc/mean"])
+        garbled = _curve(ev[ev["stat"] == "garbled/mean"])
+        steps = endpoint_steps(ent, acc, garbled, thresholds[length], until=length)
+        rows.append(
+            {
+                "run_id": r.run_id, "arm": r.arm, "seed": r.seed, "lr": r.lr,
+                "temperature": r.temperature, "sft_steps": r.sft_steps, "length": length,
+                "clip_gap_early": _mean_or_nan(gap.loc[gap["step"] <= early, "value"]),
+                "clip_gap": _mean_or_nan(gap.loc[gap["step"] <= length, "value"]),
+                "first_surge": steps["surge"], "first_garbled": steps["garbled"],
+                "first_drawdown": steps["drawdown"], "first_endpoint": r.endpoint,
+            }
+        )  # fmt: skip
+    frame = pd.DataFrame(rows, columns=LINK_COLUMNS)
+    steps = [f"first_{e}" for e in ENDPOINTS]
+    frame[steps] = frame[steps].astype(float)  # NaN: the endpoint never crossed
+    return frame
+
+
+def _mean_or_nan(values: pd.Series) -> float:
+    return float(values.mean()) if len(values) else math.nan
 
 
 def median_time_to_failure(steps: Sequence[int | None]) -> float:

@@ -31,6 +31,8 @@ import pandas as pd
 from fp8rl.analysis import figures as F
 from fp8rl.analysis.frontier import (
     ACCURACY,
+    CLIP_GAP,
+    ENDPOINTS,
     ENTROPY,
     FRONTIER_PROTOCOL,
     PILOT_DESIGN,
@@ -41,6 +43,7 @@ from fp8rl.analysis.frontier import (
     Regime,
     Setting,
     choose_regime,
+    loop_links,
     median_time_to_failure,
     outcome_cell,
     pilot_outcomes,
@@ -64,6 +67,8 @@ __all__ = [
     "PilotReport",
     "curves_figure",
     "lever_effects",
+    "links_markdown",
+    "links_reading",
     "time_to_failure_figure",
     "write_pilot_report",
 ]
@@ -164,6 +169,11 @@ def _dose_markdown(outcomes: pd.DataFrame, design: PilotDesign) -> str:
                     "mean accuracy change": _pts(float((read["end_acc"] - read["base_acc"]).mean()))
                     if len(read)
                     else "–",
+                    "mean surge ratio": f"{read['surge_ratio'].mean():.2f}"
+                    if read["surge_ratio"].notna().any()
+                    else "–",
+                    "largest garbled": _pts(float(read["garbled_max"].max())),
+                    "largest drawdown": _pts(float(read["drawdown"].max())),
                 }
             )
     return markdown_table(pd.DataFrame(rows))
@@ -210,6 +220,96 @@ def lever_effects(outcomes: pd.DataFrame, design: PilotDesign = PILOT_DESIGN) ->
                 row["largest drawdown"] = _pts(float(last["drawdown"].max()))
                 rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _arm_settings(design: PilotDesign) -> list[tuple[Setting, str]]:
+    """Every (setting, arm) of the design, in the report's order: BF16 and plain E4M3 at
+    each setting, the dose arms after them at the centre."""
+    return [(setting, arm) for setting, arms in _panels(design) for arm in arms]
+
+
+def _gap(value: float) -> str:
+    return "–" if pd.isna(value) else f"{100 * value:.2f}"
+
+
+def _fired(steps: pd.Series) -> str:
+    fired = sorted(int(s) for s in steps if not pd.isna(s))
+    text = f"{len(fired)}/{len(steps)}"
+    return f"{text} ({', '.join(map(str, fired))})" if fired else text
+
+
+def links_markdown(links: pd.DataFrame, design: PilotDesign = PILOT_DESIGN) -> str:
+    """The loop's links per setting and arm (:func:`fp8rl.analysis.frontier.loop_links`):
+    the runs read, the mean clip gap (points) up to the first evaluation and up to the
+    length, each endpoint's count of runs where it fired with their steps, and which fired
+    first."""
+    rows = []
+    for setting, arm in _arm_settings(design):
+        mine = links[
+            (links["arm"] == arm)
+            & (links["lr"] == setting.lr)
+            & (links["temperature"] == setting.temperature)
+            & (links["sft_steps"] == setting.sft_steps)
+        ]
+        if mine.empty:
+            continue
+        first = mine["first_endpoint"].dropna().value_counts()
+        rows.append(
+            {
+                "setting": setting.label,
+                "arm": arm,
+                "runs": len(mine),
+                f"clip gap, steps <= {design.eval_every}": _gap(mine["clip_gap_early"].mean()),
+                f"clip gap, steps <= {max(design.lengths)}": _gap(mine["clip_gap"].mean()),
+                **{e: _fired(mine[f"first_{e}"]) for e in ENDPOINTS},
+                "fired first": ", ".join(f"{e} {first[e]}" for e in ENDPOINTS if e in first)
+                or "none",
+            }
+        )
+    return markdown_table(pd.DataFrame(rows)) if rows else "no pilot run read yet"
+
+
+def links_reading(links: pd.DataFrame, design: PilotDesign = PILOT_DESIGN) -> str:
+    """What the link table says, counted over every run read (descriptive, no test: two
+    seeds per cell): which endpoint fired first, how often a surge and a garbled share fired
+    at all and in which order to the drawdown, and the clip gap of BF16 against the
+    low-precision arms."""
+    if links.empty:
+        return "No pilot run is read at the longest length yet."
+    n = len(links)
+    bf16 = links["arm"] == design.baseline
+
+    def share(flag: pd.Series) -> str:
+        return (
+            f"{int(flag.sum())} of {n} (BF16 {int(flag[bf16].sum())} of {int(bf16.sum())}, "
+            f"the low-precision arms {int(flag[~bf16].sum())} of {int((~bf16).sum())})"
+        )
+
+    first = links["first_endpoint"].value_counts()
+    failed = int(links["first_endpoint"].notna().sum())
+    surged = links["first_surge"].notna()
+    garbled = links["first_garbled"].notna()
+    dd = links["first_drawdown"]
+    surge_before = surged & (dd.isna() | (links["first_surge"] < dd))
+    garbled_after = garbled & dd.notna() & (links["first_garbled"] >= dd)
+    low = links.loc[~bf16, "clip_gap_early"].dropna()
+    parts = [
+        f"Read at {max(design.lengths)} steps: {n} runs, {failed} failed; the endpoint that "
+        "fired first: " + ", ".join(f"{e} in {int(first.get(e, 0))}" for e in ENDPOINTS) + ".",
+        f"An entropy surge fired in {share(surged)}; in {int(surge_before.sum())} of them "
+        "before the run's drawdown (or without one).",
+        f"A garbled share above G fired in {share(garbled)}; in {int(garbled_after.sum())} of "
+        "them at or after the run's drawdown.",
+    ]
+    if len(low):
+        gap_bf16 = links.loc[bf16, "clip_gap_early"].dropna()
+        parts.append(
+            f"The clip gap up to step {design.eval_every} (`{CLIP_GAP}`, points): "
+            + (f"BF16 {_gap(gap_bf16.abs().max())} at most; " if len(gap_bf16) else "")
+            + f"the low-precision arms {_gap(low.mean())} on average, "
+            f"{_gap(low.min())} to {_gap(low.max())} over their runs."
+        )
+    return " ".join(parts)
 
 
 def _runs_markdown(outcomes: pd.DataFrame, design: PilotDesign, cpus: Mapping[str, str]) -> str:
@@ -409,10 +509,11 @@ def write_pilot_report(
     runs = runs_frame(store, experiment, pilot_seeds=True)
     metrics, evals = pd.DataFrame(), pd.DataFrame()
     if len(runs):
-        metrics = metrics_frame(store, experiment, runs, metrics=[ENTROPY])
+        metrics = metrics_frame(store, experiment, runs, metrics=[ENTROPY, CLIP_GAP])
         evals = eval_frame(store, experiment, runs)
     outcomes = pilot_outcomes(runs, metrics, evals, thresholds, design)
     points = point_outcomes(outcomes, design)
+    links = loop_links(outcomes, metrics, evals, thresholds, design)
     regime = choose_regime(outcomes, design) if len(runs) else None
     progress = pilot_progress(runs, outcomes, design)
     cpus = run_provenance(store, experiment).set_index("run_id")["cpu"].to_dict()
@@ -427,9 +528,10 @@ def write_pilot_report(
     for fig in figures:
         paths += F.save_figure(fig, out / "figures")
     atomic_write_text(out / "outcomes.csv", outcomes.to_csv(index=False))
+    atomic_write_text(out / "links.csv", links.to_csv(index=False))
     lines = _report_lines(
         store.root.as_posix(), experiment, check, commands, regime, thresholds, points,
-        outcomes, design, figures, progress, cpus, has_runs=bool(len(runs)),
+        outcomes, links, design, figures, progress, cpus, has_runs=bool(len(runs)),
     )  # fmt: skip
     atomic_write_text(out / "README.md", "\n".join(lines))
     logger.info("pilot report written to %s", out)
@@ -445,6 +547,7 @@ def _report_lines(
     thresholds: Mapping[int, FailureThresholds],
     points: pd.DataFrame,
     outcomes: pd.DataFrame,
+    links: pd.DataFrame,
     design: PilotDesign,
     figures: list[F.Figure],
     progress: PilotProgress,
@@ -493,7 +596,9 @@ def _report_lines(
         f"## The dose lever at the centre ({design.centre.label}; rule 3 and the dose scaling)",
         "",
         "MX 1 x 32 groups with power-of-two scales on every training GEMM, BF16 rollout; "
-        f"{design.plain} beside them."
+        f"{design.plain} beside them. Each endpoint's statistic up to the length: the mean "
+        "surge ratio, the largest garbled share and the largest drawdown (points) of the runs "
+        "read; the shadow's clip gap is in the loop section below."
         + (
             f" Dose series: {regime.scaling_reason}."
             if regime is not None and progress.complete
@@ -512,7 +617,37 @@ def _report_lines(
         markdown_table(lever_effects(outcomes, design)) if has_runs else "no pilot runs",
         "",
     ]
-    return [*lines, *_figure_and_run_lines(figures, outcomes, design, cpus)]
+    return [
+        *lines,
+        *_links_lines(links, design, thresholds),
+        *_figure_and_run_lines(figures, outcomes, design, cpus),
+    ]
+
+
+def _links_lines(
+    links: pd.DataFrame, design: PilotDesign, thresholds: Mapping[int, FailureThresholds]
+) -> list[str]:
+    """The section on the paper's loop, link by link (part 5's "why the loop does not
+    close" reads from it; shown in progress too, as description)."""
+    t = thresholds[max(design.lengths)]
+    return [
+        "## The paper's loop, link by link",
+        "",
+        "The paper's account: FP8 noise clips more negative-advantage tokens than BF16 would "
+        "(their gradients are zeroed), the unpenalised tokens' probability grows, entropy "
+        "surges, output garbles, accuracy falls. Per setting and arm, over the runs read at "
+        f"{max(design.lengths)} steps: the BF16 shadow's clip gap (the run's lower-clip share "
+        "of negative-advantage tokens minus a BF16 recomputation's, points; BF16's shadow "
+        "recomputes its own update) up to the first evaluation and over the run, and for each "
+        f"endpoint on its own (surge F = {t.surge_factor:.3f}, garbled G = "
+        f"{100 * t.garbled:.2f}%, drawdown D = {100 * t.drawdown:.2f} points) the runs where "
+        "it fired, with its steps; then which fired first. Unrounded: `links.csv`.",
+        "",
+        links_markdown(links, design),
+        "",
+        links_reading(links, design),
+        "",
+    ]
 
 
 def _figure_and_run_lines(

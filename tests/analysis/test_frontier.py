@@ -17,6 +17,7 @@ from fp8rl.analysis.frontier import (
     bf16_reference,
     drawdown,
     drawdown_quantile,
+    endpoint_steps,
     failure_thresholds,
     reference_statistics,
     run_failure,
@@ -78,6 +79,21 @@ def test_a_run_fails_at_the_first_endpoint_to_cross() -> None:
     assert (got.step, got.endpoint) == (6, "drawdown")
     got = run_failure(ent, acc, gar, t, until=3)  # nothing crosses by step 3: censored
     assert (got.failed, got.step, got.endpoint, got.until) == (False, None, None, 3)
+
+
+def test_each_endpoint_is_read_on_its_own() -> None:
+    t = thresholds()
+    ent = [(1, 1.0), (2, 0.5), (3, 0.9), (4, 1.1), (5, 1.2)]  # > 2 x 0.5 from step 4
+    acc = [(0, 0.40), (2, 0.45), (4, 0.44), (6, 0.41)]  # 0.45 - 0.41 = 0.04 > 0.03 at 6
+    gar = [(0, 0.5), (2, 0.0), (4, 0.02)]  # step 0's 0.5 never counts; 0.02 > 0.01 at 4
+    assert endpoint_steps(ent, acc, gar, t, until=10) == {
+        "surge": 4, "garbled": 4, "drawdown": 6,
+    }  # fmt: skip
+    # up to step 5 the drawdown has not happened; up to 3 nothing has
+    assert endpoint_steps(ent, acc, gar, t, until=5) == {"surge": 4, "garbled": 4, "drawdown": None}
+    assert set(endpoint_steps(ent, acc, gar, t, until=3).values()) == {None}
+    # a higher surge factor (3 x 0.5 = 1.5 is never passed) leaves the surge out
+    assert endpoint_steps(ent, acc, gar, thresholds(surge_factor=3.0), until=10)["surge"] is None
 
 
 def test_the_thresholds_follow_their_rules() -> None:

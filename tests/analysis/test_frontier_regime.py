@@ -37,6 +37,7 @@ from fp8rl.analysis.frontier import (
     Setting,
     bf16_reference,
     choose_regime,
+    loop_links,
     median_time_to_failure,
     pilot_outcomes,
     point_outcomes,
@@ -219,3 +220,33 @@ def test_pilot_seeds_never_reach_a_study_table(tmp_path) -> None:
     assert cc_runs(runs).empty
     # the pilot's own report reads them
     assert runs_frame(store, "s", pilot_seeds=True).set_index("run_id").loc[pilot, "usable"]
+
+
+def test_the_loops_links_per_run_read_each_endpoint_and_the_clip_gap() -> None:
+    pilot = scenario_a()
+    runs, metrics, evals = pilot.frames()
+    outcomes = pilot_outcomes(runs, metrics, evals, hand_thresholds(), DESIGN)
+    links = loop_links(outcomes, metrics, evals, hand_thresholds(), DESIGN)
+    assert len(links) == 26 and set(links["length"]) == {200}  # every run read at 200
+    centre = links.query(
+        "arm == @E4M3 and lr == 1.7e-4 and temperature == 1.0 and sft_steps == 1200"
+    ).sort_values("seed")
+    # clip gap c to step 20 (steps 10, 20), 2c after: early c; over 20 shadow steps
+    # (2 c + 18 x 2 c) / 20 = 1.9 c, c = 0.004 and 0.006
+    assert centre["clip_gap_early"].tolist() == [0.004, 0.006]
+    assert centre["clip_gap"].round(10).tolist() == [0.0076, 0.0114]
+    # seed 100 drops 0.10 from step 120 (drawdown), seed 101 garbles from 160 and keeps learning
+    assert centre["first_drawdown"].fillna(-1).tolist() == [120, -1]  # -1: never crossed
+    assert centre["first_garbled"].fillna(-1).tolist() == [-1, 160]
+    assert centre["first_surge"].isna().all()
+    assert centre["first_endpoint"].tolist() == ["drawdown", "garbled"]
+    # no shadow logged: NaN; the BF16 centre's shadow: 0
+    assert links.query("arm == @E4M3 and lr == 3e-4")["clip_gap"].isna().all()
+    assert (links.query("arm == @BF16 and lr == 1.7e-4 and temperature == 1.0 and "
+                        "sft_steps == 1200")["clip_gap"] == 0).all()  # fmt: skip
+    # a run not read at 200 (pruned at 150 without failing) has no row
+    short = Pilot()
+    short.both(BF16, CENTRE, s100={"stop_at": 150})
+    r, m, e = short.frames()
+    out = pilot_outcomes(r, m, e, hand_thresholds(), DESIGN)
+    assert loop_links(out, m, e, hand_thresholds(), DESIGN)["seed"].tolist() == [101]

@@ -36,7 +36,8 @@ def test_the_report_lists_every_run_and_the_regime_and_regenerates_byte_identica
     a, b = _files(tmp_path / "a"), _files(tmp_path / "b")
     assert sorted(a) == [
         "README.md", "figures/pilot_curves.pdf", "figures/pilot_curves.png",
-        "figures/pilot_time_to_failure.pdf", "figures/pilot_time_to_failure.png", "outcomes.csv",
+        "figures/pilot_time_to_failure.pdf", "figures/pilot_time_to_failure.png", "links.csv",
+        "outcomes.csv",
     ]  # fmt: skip
     assert a == b
     text = a["README.md"].decode()
@@ -58,6 +59,30 @@ def test_the_report_lists_every_run_and_the_regime_and_regenerates_byte_identica
     assert row in text
     assert "| 3a sampling temperature | T 1.2 | Rowwise FP8 | 2/2 |" in text
     assert (tmp_path / "a" / "outcomes.csv").read_text().count("\n") == 1 + 2 * 26
+    # the loop, link by link (tests/helpers/pilot_store.py: the centre's E4M3 clip gap 0.4
+    # and 0.6 points to step 20, twice that after, i.e. 1.9 c over the run: 0.76 and 1.14)
+    assert "## The paper's loop, link by link" in text
+    row = (
+        "| lr 1.7e-04, T 1.0, base 1200 | Rowwise FP8 | 2 | 0.50 | 0.95 | 0/2 | 1/2 (160) "
+        "| 1/2 (120) | garbled 1, drawdown 1 |"
+    )
+    assert row in text
+    low = "| lr 1.0e-04, T 1.0, base 1200 | Rowwise FP8 | 2 | – | – | 1/2 (150) | 0/2 | 0/2 "
+    assert low in text  # no shadow logged there: no clip gap
+    # hand count over scenario A's 26 runs: 10 fail (8 by a surge: E4M3 at lr 1e-4 once, at
+    # lr 3e-4, T 1.2 and the 900 base twice each, BF16 at lr 3e-4 once; the centre's E4M3
+    # by a drawdown and a garbled share); no surge has a drawdown before it
+    reading = (
+        "Read at 200 steps: 26 runs, 10 failed; the endpoint that fired first: surge in 8, "
+        "garbled in 1, drawdown in 1. An entropy surge fired in 8 of 26 (BF16 1 of 10, the "
+        "low-precision arms 7 of 16); in 8 of them before the run's drawdown (or without "
+        "one). A garbled share above G fired in 1 of 26 (BF16 0 of 10, the low-precision "
+        "arms 1 of 16); in 0 of them at or after the run's drawdown. The clip gap up to step "
+        "20 (`fp8rl/shadow/clipfrac_low_negadv_gap`, points): BF16 0.00 at most; the "
+        "low-precision arms 0.50 on average, 0.40 to 0.60 over their runs."
+    )
+    assert reading in text
+    assert (tmp_path / "a" / "links.csv").read_text().count("\n") == 1 + 26
 
 
 def test_without_pilot_runs_the_report_says_so(tmp_path) -> None:
@@ -71,7 +96,8 @@ def test_without_pilot_runs_the_report_says_so(tmp_path) -> None:
         in text
     )
     assert "no pilot runs" in text
-    assert sorted(_files(tmp_path / "out")) == ["README.md", "outcomes.csv"]
+    assert sorted(_files(tmp_path / "out")) == ["README.md", "links.csv", "outcomes.csv"]
+    assert "no pilot run read yet" in text
 
 
 def test_a_pilot_in_progress_gives_no_verdict(tmp_path) -> None:

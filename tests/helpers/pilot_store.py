@@ -7,7 +7,8 @@ step on) and a held-out evaluation every 20 (accuracy 0.40 at step 0 rising by 0
 evaluation, or falling by 0.002 when the run does not learn; garbled share 0). With
 :func:`hand_thresholds` a surge is entropy above 2x its running minimum (window 1), garbled
 output above 0.05, a drawdown above 0.05 of accuracy; a failure is made by a surge, a
-garbled share of 0.2, or an accuracy 0.10 below the run's peak, from its step on.
+garbled share of 0.2, or an accuracy 0.10 below the run's peak, from its step on. A run
+given a ``clip_gap`` c logs the shadow's clip gap every 10 steps: c up to step 20, 2c after.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import pandas as pd
 from synthetic_store import config
 
-from fp8rl.analysis.frontier import FailureThresholds, PilotDesign, Setting
+from fp8rl.analysis.frontier import CLIP_GAP, FailureThresholds, PilotDesign, Setting
 from fp8rl.runs import RunStore
 
 PILOT = "frontier_pilot"
@@ -55,6 +56,13 @@ class Spec:
     learn: bool = True
     stop_at: int | None = None
     dip: tuple[int, float] | None = None
+    clip_gap: float | None = None
+
+    def gap(self) -> list[tuple[int, float]]:
+        if self.clip_gap is None:
+            return []
+        c = self.clip_gap
+        return [(s, c if s <= 20 else 2 * c) for s in range(10, (self.stop_at or 200) + 1, 10)]
 
     def entropy(self) -> list[tuple[int, float]]:
         kind, at = self.fail or ("", math.inf)
@@ -118,6 +126,7 @@ class Pilot:
                  "config.model.sft.steps": s.sft_steps}
             )  # fmt: skip
             metrics += [(run_id, st, "actor/entropy", v) for st, v in spec.entropy()]
+            metrics += [(run_id, st, CLIP_GAP, v) for st, v in spec.gap()]
             for step, acc, garbled in spec.evals():
                 evals += [(run_id, step, "all", "acc/mean", acc)]
                 evals += [(run_id, step, "all", "garbled/mean", garbled)]
@@ -131,8 +140,12 @@ class Pilot:
         for spec in self.specs:
             run = store.open_run(PILOT, spec.config())
             with run:
+                gaps = dict(spec.gap())
                 for step, entropy in spec.entropy():
-                    run.log_metrics(step, {"actor/entropy": entropy}, durable=False)
+                    data = {"actor/entropy": entropy}
+                    if step in gaps:
+                        data[CLIP_GAP] = gaps[step]
+                    run.log_metrics(step, data, durable=False)
                 for step, acc, garbled in spec.evals():
                     data = {"val-core/all/acc/mean@4": acc, "val-aux/all/garbled/mean@4": garbled}
                     run.log_eval(step, data, durable=False)
@@ -146,7 +159,13 @@ def scenario_a() -> Pilot:
     # lr 1e-4: E4M3 fails 1 of 2 (surge at 150)
     pilot.both(E4M3, LR_LOW, s100={"fail": ("surge", 150)})
     # the centre: E4M3 fails 2 of 2 by 200 (drawdown at 120, garbled at 160: median 140)
-    pilot.both(E4M3, CENTRE, s100={"fail": ("drawdown", 120)}, s101={"fail": ("garbled", 160)})
+    # (the shadow's clip gap: 0.4 and 0.6 points to step 20, twice that after; BF16's 0)
+    pilot.both(
+        E4M3, CENTRE,
+        s100={"fail": ("drawdown", 120), "clip_gap": 0.004},
+        s101={"fail": ("garbled", 160), "clip_gap": 0.006},
+    )  # fmt: skip
+    pilot.both(BF16, CENTRE, s100={"clip_gap": 0.0}, s101={"clip_gap": 0.0})
     # lr 3e-4: E4M3 fails 2 of 2 earliest (30) -- but BF16 fails there too (1 of 2, at 40)
     pilot.both(E4M3, LR_HIGH, s100={"fail": ("surge", 30)}, s101={"fail": ("surge", 30)})
     pilot.both(BF16, LR_HIGH, s100={"fail": ("surge", 40)})
