@@ -398,8 +398,9 @@ def curves_figure(
     evals: pd.DataFrame,
     design: PilotDesign = PILOT_DESIGN,
 ) -> F.Figure:
-    """Token entropy (top) and held-out accuracy (bottom) vs step, mean over the pilot's
-    seeds per arm, one column per setting (the dose arms in the centre's)."""
+    """Token entropy (top), held-out accuracy and the BF16 shadow's clip gap (points, the
+    shadow steps; bottom) vs step, mean over the pilot's seeds per arm, one column per
+    setting (the dose arms in the centre's)."""
     meta = runs.assign(
         setting=[
             Setting(float(a), float(b), int(c))
@@ -413,16 +414,23 @@ def curves_figure(
     frames = [
         metrics[metrics["metric"] == ENTROPY].assign(quantity="entropy"),
         acc.assign(quantity="accuracy"),
+        metrics[metrics["metric"] == CLIP_GAP]
+        .dropna(subset=["value"])
+        .assign(quantity="clip gap", value=lambda f: 100 * f["value"]),
     ]
     rows = pd.concat([f[["run_id", "step", "value", "quantity"]] for f in frames])
     rows = rows.merge(meta, on="run_id")
     rows = rows[rows["seed"].isin(design.seeds)]
     panels = _panels(design)
     with plt.rc_context(F.RC):
-        fig, axes = plt.subplots(2, len(panels), figsize=(2.4 * len(panels), 4.6), sharex=True)
+        quantities = ("entropy", "accuracy", "clip gap")
+        labels = ("token entropy (nats)", "held-out accuracy", "clip gap (points)")
+        fig, axes = plt.subplots(
+            len(quantities), len(panels), figsize=(2.4 * len(panels), 6.6), sharex=True
+        )
         out = []
         for col, (setting, arms) in enumerate(panels):
-            for row, quantity in enumerate(("entropy", "accuracy")):
+            for row, quantity in enumerate(quantities):
                 ax = axes[row][col]
                 for arm in arms:
                     mine = rows[(rows["setting"] == setting) & (rows["arm"] == arm)]
@@ -442,8 +450,8 @@ def curves_figure(
                             transform=ax.transAxes, fontsize=7, color="0.4")  # fmt: skip
                 if row == 0:
                     ax.set_title(setting.label, fontsize=7)
-                ax.set_ylabel("token entropy (nats)" if row == 0 else "held-out accuracy")
-                if row == 1:
+                ax.set_ylabel(labels[row])
+                if row == len(quantities) - 1:
                     ax.set_xlabel("RL step")
         handles: dict[str, object] = {}
         for ax in axes.flat:
@@ -452,12 +460,17 @@ def curves_figure(
         if handles:
             fig.legend(list(handles.values()), list(handles), loc="lower center",
                        ncol=min(5, len(handles)), bbox_to_anchor=(0.5, 0.0))  # fmt: skip
-        fig.suptitle("Frontier pilot: entropy and held-out accuracy (mean over seeds)", fontsize=10)
+        fig.suptitle(
+            "Frontier pilot: entropy, held-out accuracy and the shadow's clip gap "
+            "(mean over seeds)",
+            fontsize=10,
+        )
         fig.tight_layout(rect=(0, 0.08 if handles else 0, 1, 1))
     data = pd.DataFrame(out, columns=["setting", "arm", "quantity", "step", "value"])
     caption = (
-        f"`{ENTROPY}` and `{ACCURACY.format(k='k')}` per setting, mean over the pilot's seeds; "
-        "the centre's column also holds the dose lever's MX formats (BF16 rollout)."
+        f"`{ENTROPY}`, `{ACCURACY.format(k='k')}` and the BF16 shadow's clip gap (`{CLIP_GAP}`, "
+        "points, every shadow step) per setting, mean over the pilot's seeds; the centre's "
+        "column also holds the dose lever's MX formats (BF16 rollout)."
     )
     return F.Figure("pilot_curves", fig, data, caption)
 
