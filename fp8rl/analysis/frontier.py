@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +81,8 @@ __all__ = [
     "PILOT_RESPONSES",
     "PILOT_WORKERS",
     "REFERENCE_EXPERIMENTS",
+    "SENSITIVITY_COLUMNS",
+    "SENSITIVITY_FACTORS",
     "Failure",
     "FailureThresholds",
     "PilotDesign",
@@ -97,6 +99,7 @@ __all__ = [
     "endpoint_steps",
     "failure_thresholds",
     "loop_links",
+    "loosened",
     "median_time_to_failure",
     "pilot_outcomes",
     "pilot_progress",
@@ -106,6 +109,7 @@ __all__ = [
     "reference_thresholds",
     "run_failure",
     "surge_ratio",
+    "threshold_sensitivity",
 ]
 
 ENTROPY = "actor/entropy"
@@ -869,3 +873,80 @@ def choose_regime(outcomes: pd.DataFrame, design: PilotDesign = PILOT_DESIGN) ->
             "fails, and no dose format fails at an eligible centre"
         )
     return Regime(None, 4, reason, None, "no study: the search is the result (part 5)")
+
+
+# --- Post hoc: how the rule's reading depends on its thresholds (part 5) -----------------
+
+#: The factors :func:`threshold_sensitivity` loosens each threshold's margin by.
+SENSITIVITY_FACTORS = (1.5, 2.0)
+
+
+def loosened(t: FailureThresholds, factor: float, which: str) -> FailureThresholds:
+    """``t`` with the margin of one endpoint (``surge``, ``garbled``, ``drawdown``) or of
+    ``all`` three multiplied by ``factor``: the surge factor's excess over 1
+    (``F = 1 + k (F - 1)``), the garbled share ``G`` and the drawdown ``D``."""
+    if which not in (*ENDPOINTS, "all"):
+        raise ValueError(f"which must be one of {ENDPOINTS} or 'all', not {which!r}")
+    out = t
+    if which in ("surge", "all"):
+        out = replace(out, surge_factor=1 + factor * (t.surge_factor - 1))
+    if which in ("garbled", "all"):
+        out = replace(out, garbled=factor * t.garbled)
+    if which in ("drawdown", "all"):
+        out = replace(out, drawdown=factor * t.drawdown)
+    return out
+
+
+#: The columns of :func:`threshold_sensitivity`.
+SENSITIVITY_COLUMNS = [
+    "thresholds", "factor", "surge_factor", "garbled", "drawdown_100", "drawdown_200",
+    "bf16_fails", "bf16_loses", "not_read", "eligible", "regime", "rule",
+]  # fmt: skip
+
+
+def threshold_sensitivity(
+    runs: pd.DataFrame,
+    metrics: pd.DataFrame,
+    evals: pd.DataFrame,
+    thresholds: Mapping[int, FailureThresholds],
+    design: PilotDesign = PILOT_DESIGN,
+    factors: Sequence[float] = SENSITIVITY_FACTORS,
+) -> pd.DataFrame:
+    """The rule applied again with looser thresholds (:func:`loosened`: each endpoint's
+    margin alone, then all three, by each of ``factors``), after the fact: which threshold
+    the reading hinges on. The first row is the protocol's thresholds (the verdict); the
+    others are **post hoc** and never a regime of the protocol. Per row
+    (:data:`SENSITIVITY_COLUMNS`): the thresholds, how many of the design's points BF16's
+    failures exclude, how many BF16's loss of accuracy, how many are not read, the eligible
+    points' labels, and the rule's reading (a point's label, or ``no regime``) with its rule
+    step."""
+    variants: list[tuple[str, float]] = [("protocol", 1.0)]
+    variants += [(which, k) for k in factors for which in (*ENDPOINTS, "all")]
+    rows = []
+    for which, k in variants:
+        t = {
+            n: (t0 if which == "protocol" else loosened(t0, k, which))
+            for n, t0 in thresholds.items()
+        }
+        outcomes = pilot_outcomes(runs, metrics, evals, t, design)
+        points = point_outcomes(outcomes, design)
+        regime = choose_regime(outcomes, design)
+        fails = sum(1 for p in points if p.bf16_runs == len(design.seeds) and p.bf16_failed)
+        loses = sum(
+            1
+            for p in points
+            if p.bf16_runs == len(design.seeds) and not p.bf16_failed and not p.eligible
+        )
+        top = t[max(design.lengths)]
+        rows.append(
+            {
+                "thresholds": which, "factor": k, "surge_factor": top.surge_factor,
+                "garbled": top.garbled, "drawdown_100": t[min(design.lengths)].drawdown,
+                "drawdown_200": top.drawdown, "bf16_fails": fails, "bf16_loses": loses,
+                "not_read": sum(1 for p in points if p.bf16_runs < len(design.seeds)),
+                "eligible": "; ".join(p.point.label for p in points if p.eligible),
+                "regime": regime.point.label if regime.point is not None else "no regime",
+                "rule": regime.rule,
+            }
+        )  # fmt: skip
+    return pd.DataFrame(rows, columns=SENSITIVITY_COLUMNS)

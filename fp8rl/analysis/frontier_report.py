@@ -49,6 +49,7 @@ from fp8rl.analysis.frontier import (
     pilot_outcomes,
     pilot_progress,
     point_outcomes,
+    threshold_sensitivity,
 )
 from fp8rl.analysis.load import as_store, eval_frame, metrics_frame, runs_frame
 from fp8rl.analysis.study_report import (
@@ -69,6 +70,7 @@ __all__ = [
     "lever_effects",
     "links_markdown",
     "links_reading",
+    "sensitivity_markdown",
     "time_to_failure_figure",
     "write_pilot_report",
 ]
@@ -527,6 +529,7 @@ def write_pilot_report(
     outcomes = pilot_outcomes(runs, metrics, evals, thresholds, design)
     points = point_outcomes(outcomes, design)
     links = loop_links(outcomes, metrics, evals, thresholds, design)
+    sensitivity = threshold_sensitivity(runs, metrics, evals, thresholds, design)
     regime = choose_regime(outcomes, design) if len(runs) else None
     progress = pilot_progress(runs, outcomes, design)
     cpus = run_provenance(store, experiment).set_index("run_id")["cpu"].to_dict()
@@ -544,7 +547,8 @@ def write_pilot_report(
     atomic_write_text(out / "links.csv", links.to_csv(index=False))
     lines = _report_lines(
         store.root.as_posix(), experiment, check, commands, regime, thresholds, points,
-        outcomes, links, design, figures, progress, cpus, has_runs=bool(len(runs)),
+        outcomes, links, sensitivity, design, figures, progress, cpus,
+        has_runs=bool(len(runs)),
     )  # fmt: skip
     atomic_write_text(out / "README.md", "\n".join(lines))
     logger.info("pilot report written to %s", out)
@@ -561,6 +565,7 @@ def _report_lines(
     points: pd.DataFrame,
     outcomes: pd.DataFrame,
     links: pd.DataFrame,
+    sensitivity: pd.DataFrame,
     design: PilotDesign,
     figures: list[F.Figure],
     progress: PilotProgress,
@@ -633,6 +638,7 @@ def _report_lines(
     return [
         *lines,
         *_links_lines(links, design, thresholds),
+        *_sensitivity_lines(sensitivity, has_runs=has_runs),
         *_figure_and_run_lines(figures, outcomes, design, cpus),
     ]
 
@@ -659,6 +665,47 @@ def _links_lines(
         links_markdown(links, design),
         "",
         links_reading(links, design),
+        "",
+    ]
+
+
+def sensitivity_markdown(sensitivity: pd.DataFrame) -> str:
+    """:func:`fp8rl.analysis.frontier.threshold_sensitivity` as a table: the thresholds of
+    each row (D at both lengths), how many points each exclusion takes, the eligible points
+    and the rule's reading."""
+    rows = []
+    for r in sensitivity.itertuples():
+        rows.append(
+            {
+                "thresholds": "as pre-registered (the verdict)"
+                if r.thresholds == "protocol"
+                else f"{'all three' if r.thresholds == 'all' else r.thresholds} x{r.factor:g}",
+                "F": f"{r.surge_factor:.3f}",
+                "G": f"{100 * r.garbled:.2f}%",
+                "D @100 / @200": f"{100 * r.drawdown_100:.2f} / {100 * r.drawdown_200:.2f}",
+                "points: BF16 fails": r.bf16_fails,
+                "BF16 loses accuracy": r.bf16_loses,
+                "not read": r.not_read,
+                "eligible points": r.eligible or "none",
+                "the rule's reading": r.regime
+                if r.regime == "no regime"
+                else f"{r.regime} (rule {r.rule})",
+            }
+        )
+    return markdown_table(pd.DataFrame(rows))
+
+
+def _sensitivity_lines(sensitivity: pd.DataFrame, *, has_runs: bool) -> list[str]:
+    return [
+        "## How the reading depends on the thresholds (post hoc, not the verdict)",
+        "",
+        "The rule applied again after the fact with each endpoint's margin loosened (the "
+        "surge factor's excess over 1, the garbled share, the drawdown), alone and all three "
+        "together (`fp8rl.analysis.frontier.threshold_sensitivity`): which threshold the "
+        "reading hinges on. Only the first row is the protocol's; no other row is a regime "
+        "of the protocol, and the protocol forbids re-tuning the thresholds on the pilot.",
+        "",
+        sensitivity_markdown(sensitivity) if has_runs else "no pilot runs",
         "",
     ]
 

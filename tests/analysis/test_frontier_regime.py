@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping
 
 import pandas as pd
+import pytest
 from pilot_store import (
     BF16,
     CENTRE,
@@ -38,9 +39,11 @@ from fp8rl.analysis.frontier import (
     bf16_reference,
     choose_regime,
     loop_links,
+    loosened,
     median_time_to_failure,
     pilot_outcomes,
     point_outcomes,
+    threshold_sensitivity,
 )
 from fp8rl.analysis.load import eval_frame, metrics_frame, runs_frame
 from fp8rl.analysis.study import endpoints_frame
@@ -250,3 +253,43 @@ def test_the_loops_links_per_run_read_each_endpoint_and_the_clip_gap() -> None:
     r, m, e = short.frames()
     out = pilot_outcomes(r, m, e, hand_thresholds(), DESIGN)
     assert loop_links(out, m, e, hand_thresholds(), DESIGN)["seed"].tolist() == [101]
+
+
+def test_loosened_thresholds_scale_each_margin() -> None:
+    t = hand_thresholds()[200]  # F 2.0, G 0.05, D 0.05
+    assert loosened(t, 2.0, "surge").surge_factor == 3.0  # 1 + 2 x (2 - 1)
+    assert (loosened(t, 2.0, "surge").garbled, loosened(t, 2.0, "surge").drawdown) == (0.05, 0.05)
+    assert loosened(t, 2.0, "garbled").garbled == 0.1
+    assert loosened(t, 2.0, "drawdown").drawdown == 0.1
+    every = loosened(t, 1.5, "all")
+    assert (every.surge_factor, every.garbled, every.drawdown) == pytest.approx((2.5, 0.075, 0.075))
+    with pytest.raises(ValueError, match="which must be one of"):
+        loosened(t, 2.0, "entropy")
+
+
+def test_the_sensitivity_rows_apply_the_rule_again_with_looser_thresholds() -> None:
+    # BF16 garbles (0.2) from step 100 at lr 1e-4 in both seeds; E4M3 surges (3x its
+    # minimum) at 150 there in seed 100; everything else stable and learning
+    pilot = Pilot()
+    pilot.both(BF16, LR_LOW, s100={"fail": ("garbled", 100)}, s101={"fail": ("garbled", 100)})
+    pilot.both(E4M3, LR_LOW, s100={"fail": ("surge", 150)})
+    pilot.stable_elsewhere()
+    runs, metrics, evals = pilot.frames()
+    got = threshold_sensitivity(runs, metrics, evals, hand_thresholds(), DESIGN, factors=(5.0,))
+    assert got["thresholds"].tolist() == ["protocol", "surge", "garbled", "drawdown", "all"]
+    rows = got.set_index("thresholds")
+    # as pre-registered: lr 1e-4's two points excluded by BF16's failure, 8 eligible without
+    # an E4M3 failure, no dose failure: no regime
+    assert rows.loc["protocol", ["bf16_fails", "bf16_loses", "not_read"]].tolist() == [2, 0, 0]
+    assert rows.loc["protocol", "eligible"].count(";") == 7
+    assert (rows.loc["protocol", "regime"], rows.loc["protocol", "rule"]) == ("no regime", 4)
+    # G x5 = 0.25 > 0.2: BF16 no longer fails at lr 1e-4, where E4M3 fails 1 of 2 by 200
+    assert rows.loc["garbled", "garbled"] == 0.25 and rows.loc["garbled", "bf16_fails"] == 0
+    assert rows.loc["garbled", "regime"] == "lr 1.0e-04, T 1.0, base 1200, 200 steps"
+    assert rows.loc["garbled", "rule"] == 2
+    # F x5 = 6: the surge goes, BF16 still garbles; D x5 changes nothing
+    assert rows.loc["surge", "surge_factor"] == 6.0
+    assert rows.loc["surge", "regime"] == rows.loc["drawdown", "regime"] == "no regime"
+    # all three x5: every point eligible, and nothing fails any more
+    assert rows.loc["all", "eligible"].count(";") == 9 and rows.loc["all", "regime"] == "no regime"
+    assert rows.loc["drawdown", ["drawdown_100", "drawdown_200"]].tolist() == [0.25, 0.25]
