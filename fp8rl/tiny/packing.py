@@ -51,7 +51,8 @@ class PackedRows:
 
     ``input_ids``/``position_ids`` ``(1, N)``: the real tokens of every row, concatenated;
     ``gather`` ``(R, L)``: for row ``r`` and offset ``l`` the packed index of that token
-    (clamped where ``l`` is past the row's end, ``valid`` False there); ``select`` ``(M,)``:
+    (clamped where ``l`` is past the row's end, ``valid`` False there; ``valid_index`` the
+    row-major positions of ``valid``'s True entries); ``select`` ``(M,)``:
     the packed index of the logit that predicts each response token, in row-major order of
     ``mask`` ``(R, T)``; ``tokens`` ``(M,)``: those response tokens.
     """
@@ -60,6 +61,7 @@ class PackedRows:
     position_ids: torch.Tensor
     gather: torch.Tensor
     valid: torch.Tensor
+    valid_index: torch.Tensor
     select: torch.Tensor
     mask: torch.Tensor
     tokens: torch.Tensor
@@ -99,6 +101,7 @@ def pack_rows(
         position_ids=position_ids[real][None],
         gather=gather,
         valid=valid,
+        valid_index=valid.reshape(-1).nonzero().squeeze(1),
         select=select,
         mask=response_mask,
         tokens=tokens[response_mask],
@@ -124,8 +127,13 @@ def _varlen_sdpa(
     if query.shape[0] != 1:
         raise ValueError(f"a packed forward has one sequence, got a batch of {query.shape[0]}")
 
+    R, L = pack.gather.shape
+    flat = pack.gather.reshape(-1)
+
+    # index_select rather than advanced indexing: the same values, and a backward that is an
+    # index_add instead of an accumulating index_put (about 3x faster on this CPU)
     def rows(t: torch.Tensor) -> torch.Tensor:  # (1, H, N, D) -> (R, H, L, D)
-        return t[0][:, pack.gather].transpose(0, 1)
+        return t[0].index_select(1, flat).unflatten(1, (R, L)).transpose(0, 1)
 
     out = F.scaled_dot_product_attention(
         rows(query),
@@ -136,7 +144,9 @@ def _varlen_sdpa(
         scale=scaling,
         enable_gqa=key.shape[1] != query.shape[1],
     )
-    return out.transpose(1, 2)[pack.valid][None], None
+    heads, dim = out.shape[1], out.shape[3]  # (R, H, L, D) -> (R * L, H, D), real tokens kept
+    out = out.transpose(1, 2).reshape(R * L, heads, dim)
+    return out.index_select(0, pack.valid_index)[None], None
 
 
 def _no_mask(*args: Any, **kwargs: Any) -> None:

@@ -12,7 +12,7 @@ import torch
 from fp8rl.numerics import apply_fp8_training
 from fp8rl.sampling.sampler import response_inputs, response_log_probs
 from fp8rl.tiny.batch import pad
-from fp8rl.tiny.packing import ATTENTION, pack_rows, varlen_attention
+from fp8rl.tiny.packing import ATTENTION, _varlen_sdpa, pack_rows, varlen_attention
 from fp8rl.world.model import build_model
 from fp8rl.world.tokenizer import PAD_ID
 
@@ -111,6 +111,41 @@ def test_packed_inputs_hold_the_real_tokens_only() -> None:
     assert pack.select.tolist() == [2, 3, 5, 6, 7]
     assert pack.tokens.tolist() == [9, 10, 11, 12, 13]
     assert pack.valid.tolist() == [[True] * 5, [True] * 4 + [False]]
+    assert pack.valid_index.tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_varlen_attention_gives_advanced_indexings_values_and_gradients() -> None:
+    # the gathers run as index_select (backward: index_add); the reference is the advanced
+    # indexing of results version 6's first code (backward: an accumulating index_put)
+    prompts, responses = _layout(5, rows=7)
+    width = max(len(r) for r in responses)
+    tokens = torch.tensor([r + [0] * (width - len(r)) for r in responses])
+    mask = torch.tensor([[i < len(r) for i in range(width)] for r in responses])
+    pack = pack_rows(*response_inputs(prompts, tokens, mask, 0), tokens, mask)
+    assert not pack.valid.all()  # rows of different lengths: the gathers repeat indices
+    g = torch.Generator().manual_seed(0)
+    n = pack.n_tokens
+    q, k, v = (torch.randn(1, h, n, 16, generator=g, requires_grad=True) for h in (4, 2, 2))
+    weights = torch.randn(1, n, 4, 16, generator=g)
+
+    def reference() -> torch.Tensor:
+        def gather(t: torch.Tensor) -> torch.Tensor:
+            return t[0][:, pack.gather].transpose(0, 1)
+
+        out = torch.nn.functional.scaled_dot_product_attention(
+            gather(q), gather(k), gather(v), is_causal=True, scale=0.3, enable_gqa=True
+        )
+        return out.transpose(1, 2)[pack.valid][None]
+
+    results = []
+    for fn in (reference, lambda: _varlen_sdpa(None, q, k, v, None, scaling=0.3, fp8rl_pack=pack)[0]):
+        for t in (q, k, v):
+            t.grad = None
+        out = fn()
+        (out * weights).sum().backward()
+        results.append([out.detach(), q.grad, k.grad, v.grad])
+    for want, got in zip(*results, strict=True):
+        assert want.shape == got.shape and torch.equal(want, got)
 
 
 def test_fp8_scales_see_real_tokens_only() -> None:
