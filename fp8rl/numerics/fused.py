@@ -51,7 +51,7 @@ import torch
 from fp8rl.numerics.bf16 import fast_paths_enabled
 from fp8rl.numerics.formats import format_info, round_to_fp8_grid_
 
-__all__ = ["fused_available", "fused_enabled", "fused_fake_quantize"]
+__all__ = ["fused_available", "fused_enabled", "fused_fake_quantize", "inductor_exact"]
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ _env_on = os.environ.get("FP8RL_FUSED_QUANT", "") in ("1", "true", "yes")
 _broken: str | None = None  # why compiling failed in this process, once it has
 
 
-def _inductor_exact() -> str | None:
+def inductor_exact() -> str | None:
     """Why Inductor's C++ flags could change float results, or None when they cannot."""
     try:
         from torch._inductor import config
@@ -83,7 +83,7 @@ def fused_available() -> str | None:
         return "off unless FP8RL_FUSED_QUANT=1"
     if _broken is not None:
         return _broken
-    return _inductor_exact()
+    return inductor_exact()
 
 
 def fused_enabled() -> bool:

@@ -45,6 +45,7 @@ from fp8rl.numerics.bf16 import fast_paths_enabled, mark_on_grid, round_half
 from fp8rl.numerics.recipes import Fp8Recipe, OperandSpec
 from fp8rl.numerics.scaling import fake_quantize
 from fp8rl.numerics.settings import BF16_COMPUTE
+from fp8rl.numerics.torchao_fast import install as _install_torchao_fast
 
 __all__ = [
     "BF16_COMPUTE",
@@ -61,6 +62,10 @@ __all__ = [
     "set_bf16_compute",
     "swap_linears",
 ]
+
+# TorchAO's emulated FP8 GEMMs dequantise with one compiled kernel per operand, bit for bit
+# TorchAO's values (fp8rl.numerics.torchao_fast; off under reference_paths())
+_install_torchao_fast()
 
 
 def half_linear(

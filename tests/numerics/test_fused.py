@@ -124,15 +124,18 @@ def test_it_is_opt_in_and_the_reference_paths_turn_it_off() -> None:
         assert out.strip() == want
 
 
-def test_inductor_flags_that_could_change_floats_keep_it_eager(monkeypatch) -> None:
+def test_inductor_flags_that_could_change_floats_keep_it_eager() -> None:
     from torch._inductor import config
 
-    monkeypatch.setattr(config.cpp, "enable_floating_point_contract_flag", "fast")
-    assert "ffp-contract=fast" in fused.fused_available()
-    assert not fused.fused_enabled()
-    monkeypatch.setattr(config.cpp, "enable_floating_point_contract_flag", "off")
-    monkeypatch.setattr(config.cpp, "enable_unsafe_math_opt_flag", True)
-    assert "unsafe-math" in fused.fused_available()
+    # config.patch, not monkeypatch: undoing a monkeypatch of Inductor's sub-config proxy
+    # deletes the key, and every later compile in the process fails on it
+    with config.patch({"cpp.enable_floating_point_contract_flag": "fast"}):
+        assert "ffp-contract=fast" in fused.fused_available()
+        assert not fused.fused_enabled()
+    with config.patch({"cpp.enable_unsafe_math_opt_flag": True}):
+        assert "unsafe-math" in fused.fused_available()
+    assert config.cpp.enable_unsafe_math_opt_flag is False
+    assert config.cpp.enable_floating_point_contract_flag == "off"
 
 
 def test_a_compile_failure_is_logged_once_and_the_numbers_stay(monkeypatch, caplog) -> None:
