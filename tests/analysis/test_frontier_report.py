@@ -85,9 +85,7 @@ def test_the_report_lists_every_run_and_the_regime_and_regenerates_byte_identica
     assert (tmp_path / "a" / "links.csv").read_text().count("\n") == 1 + 26
     # the post-hoc sensitivity: its first row is the verdict's (scenario A: the centre)
     assert "## How the reading depends on the thresholds (post hoc, not the verdict)" in text
-    first_row = (
-        "| as pre-registered (the verdict) | 2.000 | 5.00% | 5.00 / 5.00 | 2 | 2 | 0 | "
-    )
+    first_row = "| as pre-registered (the verdict) | 2.000 | 5.00% | 5.00 / 5.00 | 2 | 2 | 0 | "
     assert first_row in text
     assert "| lr 1.7e-04, T 1.0, base 1200, 200 steps (rule 2) |" in text
 

@@ -137,8 +137,11 @@ def test_varlen_attention_gives_advanced_indexings_values_and_gradients() -> Non
         )
         return out.transpose(1, 2)[pack.valid][None]
 
+    def packed() -> torch.Tensor:
+        return _varlen_sdpa(None, q, k, v, None, scaling=0.3, fp8rl_pack=pack)[0]
+
     results = []
-    for fn in (reference, lambda: _varlen_sdpa(None, q, k, v, None, scaling=0.3, fp8rl_pack=pack)[0]):
+    for fn in (reference, packed):
         for t in (q, k, v):
             t.grad = None
         out = fn()
