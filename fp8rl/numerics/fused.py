@@ -51,7 +51,13 @@ import torch
 from fp8rl.numerics.bf16 import fast_paths_enabled
 from fp8rl.numerics.formats import format_info, round_to_fp8_grid_
 
-__all__ = ["fused_available", "fused_enabled", "fused_fake_quantize", "inductor_exact"]
+__all__ = [
+    "fused_available",
+    "fused_enabled",
+    "fused_fake_quantize",
+    "inductor_exact",
+    "own_code",
+]
 
 log = logging.getLogger(__name__)
 
@@ -105,16 +111,20 @@ def _core(x: torch.Tensor, *, br: int | None, bc: int | None, fmt: str, pow2: bo
     return deq.view(rows, cols)
 
 
+def own_code(fn: types.FunctionType, name: str) -> types.FunctionType:
+    """``fn`` with a copy of its code named ``name``. Dynamo keeps its compiled variants per
+    code object (at most 8 before it falls back to eager): a kernel compiled from its own
+    copy never competes with the others for one cache, and profiles name it."""
+    code = fn.__code__.replace(co_name=name, co_qualname=name)
+    return types.FunctionType(code, fn.__globals__, name)
+
+
 @functools.cache
 def _kernel(
     br: int | None, bc: int | None, cols: int, fmt: str, pow2: bool
 ) -> Callable[[torch.Tensor], torch.Tensor]:
-    # Dynamo keeps its compiled variants per code object (at most 8 before it falls back to
-    # eager): each kernel gets its own copy of _core's code, so the operands of a model
-    # never compete for one cache, and profiles name the kernel
     name = f"fused_fq_{br or 'all'}x{bc or 'all'}_k{cols}_{fmt}{'_pow2' if pow2 else ''}"
-    code = _core.__code__.replace(co_name=name, co_qualname=name)
-    fn = types.FunctionType(code, _core.__globals__, name)
+    fn = own_code(_core, name)
     fn.__kwdefaults__ = {"br": br, "bc": bc, "fmt": fmt, "pow2": pow2}
     return torch.compile(fn, dynamic=False, fullgraph=True)
 

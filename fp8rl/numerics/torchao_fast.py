@@ -26,14 +26,13 @@ seconds once per process (one kernel per FP8 dtype and scale layout, dynamic siz
 from __future__ import annotations
 
 import logging
-import types
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from fp8rl.numerics.bf16 import fast_paths_enabled
-from fp8rl.numerics.fused import inductor_exact
+from fp8rl.numerics.fused import inductor_exact, own_code
 
 __all__ = ["dequantize", "install", "installed", "uninstall"]
 
@@ -50,14 +49,11 @@ def _dequantize_eager(data: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 
 def _kernel(key: tuple[Any, ...]) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    # Dynamo keeps its compiled variants per code object (at most 8, then eager): each
-    # layout gets its own copy of the code, so layouts never evict each other
+    # each layout compiles from its own copy of the code, so layouts never evict each other
     fn = _KERNELS.get(key)
     if fn is None:
         name = "fp8_dequant_" + "_".join(str(k).removeprefix("torch.") for k in key)
-        code = _dequantize_eager.__code__.replace(co_name=name, co_qualname=name)
-        fn = torch.compile(types.FunctionType(code, globals(), name), dynamic=True)
-        _KERNELS[key] = fn
+        fn = _KERNELS[key] = torch.compile(own_code(_dequantize_eager, name), dynamic=True)
     return fn
 
 
@@ -105,22 +101,25 @@ def _takes_over(a: Any, b: Any) -> bool:
     return bool(cfg.emulate)
 
 
+def _emulated_mm(a: Any, b: Any) -> torch.Tensor:
+    # the emulate branch of TorchAO's float8_mm and float8_addmm (without the bias); their
+    # preprocess_addmm only feeds _scaled_mm
+    out = torch.mm(dequantize(a._data, a._scale), dequantize(b._data, b._scale))
+    return out.to(a._orig_dtype)
+
+
 def _mm(aten_op: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Any:
     a, b = args[0], args[1]
     if not _takes_over(a, b):
         return _ORIGINAL[aten_op](aten_op, args, kwargs)
-    # TorchAO's float8_mm, emulate branch (its preprocess_addmm only feeds _scaled_mm)
-    out = torch.mm(dequantize(a._data, a._scale), dequantize(b._data, b._scale))
-    return out.to(a._orig_dtype)
+    return _emulated_mm(a, b)
 
 
 def _addmm(aten_op: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Any:
     bias, a, b = args[0], args[1], args[2]
     if not (_takes_over(a, b) and bias.dtype == a._orig_dtype):
         return _ORIGINAL[aten_op](aten_op, args, kwargs)  # TorchAO's checks and errors
-    # TorchAO's float8_addmm, emulate branch
-    out = torch.mm(dequantize(a._data, a._scale), dequantize(b._data, b._scale))
-    return out.to(a._orig_dtype) + bias
+    return _emulated_mm(a, b) + bias
 
 
 def _wrappers() -> dict[Any, Callable[..., Any]]:
