@@ -129,6 +129,10 @@ bench-loss: setup ## Time loss + diagnostics + calibration on a 256x4096-token b
 bench-trainer: setup ## Time the tiny RL step by phase per recipe and the calibration overhead at K=20; vs an earlier commit, interleaved: make bench-trainer ARGS="--against f1ddd3e"
 	$(PY) benchmarks/bench_trainer.py $(ARGS)
 
+.PHONY: bench-torchao-dequant
+bench-torchao-dequant: setup ## TorchAO's emulated-GEMM dequantisation, eager vs compiled, and its compile cost
+	$(PY) benchmarks/bench_torchao_dequant.py $(ARGS)
+
 .PHONY: bench-fused-quant
 bench-fused-quant: setup ## Fused (torch.compile) vs eager fake quantisation per operand group, interleaved (FP8RL_FUSED_QUANT's evidence)
 	$(PY) benchmarks/bench_fused_quant.py $(ARGS)

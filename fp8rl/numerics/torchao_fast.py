@@ -3,8 +3,9 @@
 TorchAO's emulated GEMM (``Float8LinearConfig(emulate=True)``; ``float8_mm`` and
 ``float8_addmm`` of ``torchao.float8.float8_ops``) computes ``torch.mm(a._data.float() /
 a._scale, b._data.float() / b._scale)``. On CPU, PyTorch's ``float8 -> float32``
-conversion is scalar code: 4-5 ms per million elements on the Intel Xeon of BENCHMARKS.md,
-about 14x an FP32 multiply, on both operands of each of a linear's three GEMMs.
+conversion of E4M3 is scalar code: 5-7 ms per million elements on the Intel Xeon of
+BENCHMARKS.md, 16-22x an FP32 multiply (E5M2 about 1 ms), on both operands of each of a
+linear's three GEMMs (``benchmarks/bench_torchao_dequant.py``).
 
 :func:`install` puts wrappers in TorchAO's op table (``FLOAT8_OPS_TABLE``, which
 ``Float8TrainingTensor.__torch_dispatch__`` reads at every call) for ``mm``, ``matmul`` and
@@ -19,8 +20,9 @@ Inductor's C++ flags are checked as for fused fake quantisation
 it stays eager. Everything else — casts, scales, autograd, the ``_scaled_mm`` path — is
 TorchAO's own, called unchanged; under :func:`~fp8rl.numerics.bf16.reference_paths` the
 wrappers call TorchAO's functions. A compile failure (no C++ compiler) is logged once and
-the process goes on with TorchAO's eager expression, same numbers. Compiling costs a few
-seconds once per process (one kernel per FP8 dtype and scale layout, dynamic sizes).
+the process goes on with TorchAO's eager expression, same numbers. Compiling costs about
+3 s once per process with a warm Inductor cache, 12-13 s with a cold one (one kernel per FP8
+dtype and scale layout, dynamic sizes).
 """
 
 from __future__ import annotations
