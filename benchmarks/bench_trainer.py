@@ -503,9 +503,11 @@ def against(args: argparse.Namespace) -> None:
         )
         print("|---|---|---|---|---|---|---|---|---|")
         verdicts = {}
+        record: dict[str, Any] = {}
         for name, sides in results.items():
             old_m, old_wall = side_stats(sides["old"])
             new_m, new_wall = side_stats(sides["new"])
+            record[name] = {"old": old_m, "new": new_m, "old_wall": old_wall, "new_wall": new_wall}
             for first, label, m, wall in (
                 (name, old_sha, old_m, old_wall),
                 ("", "new", new_m, new_wall),
@@ -519,6 +521,23 @@ def against(args: argparse.Namespace) -> None:
             ratios[0] = f"**{ratios[0]}**"
             print(f"|  | new/old | {' | '.join(ratios)} | {fmt_ratio(new_wall, old_wall)} |")
             verdicts[name] = compare_metrics(sides["old"][0]["path"], sides["new"][0]["path"])
+            record[name]["metrics"] = verdicts[name]
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "cpu": cpu_name(),
+                    "threads": args.threads,
+                    "old": old_sha,
+                    "new": new_desc,
+                    "steps": args.steps,
+                    "repeats": args.repeats,
+                    "sets": parse_sets(args.sets),
+                    "runs": record,
+                },
+                indent=1,
+            )
+        )
     print("\n| run | non-timing metrics, new vs old |")
     print("|---|---|")
     for name, verdict in verdicts.items():
@@ -593,6 +612,13 @@ def main() -> None:
         help="also count each recipe's GEMM FLOPs per step (an untimed 2-step run) and print "
         "the achieved GFLOP/s against this CPU's FP32 matmul roofline",
     )
+    ap.add_argument(
+        "--json",
+        type=Path,
+        metavar="FILE",
+        help="with --against: also write the phase medians per recipe and side, the CPU and "
+        "the --set changes to FILE (benchmarks/table2_compute.py reads it)",
+    )
     ap.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -602,6 +628,8 @@ def main() -> None:
         raise SystemExit(why)  # before torch loads or any run starts
     if args.repeats < 1:
         raise SystemExit("--repeats must be at least 1")
+    if args.json and not args.against:
+        raise SystemExit("--json writes an --against comparison: give --against REF")
     if args.flops and args.against:
         raise SystemExit("--flops counts one tree's runs: run it without --against")
     logging.basicConfig(level=logging.WARNING)

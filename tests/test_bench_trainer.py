@@ -109,3 +109,17 @@ def test_native_is_refused_at_once_on_a_cpu_without_bf16_gemms(
     assert out.returncode == 1
     assert out.stderr.startswith("bench_trainer.py: --native needs native BF16 GEMMs")
     assert out.stdout.strip() == "[]"
+
+
+def test_json_without_against_is_refused_before_any_run(tmp_path: Path) -> None:
+    script = str(REPO / "benchmarks" / "bench_trainer.py")
+    out = subprocess.run(
+        [sys.executable, script, "--json", str(tmp_path / "x.json")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 1
+    assert "--json writes an --against comparison" in out.stderr
+    assert not (tmp_path / "x.json").exists()

@@ -1,0 +1,234 @@
+"""The Table-2 study's compute, re-estimated at today's step rates (issue 32).
+
+The pre-registered Table-2 study (``results/table2``, 44 runs of 50 steps) recorded each
+step's wall time (``timing_s/step`` in ``metrics.jsonl``) and each run's start and end
+(``status.json``). This script takes the per-arm ratio *new step / old step* measured by
+``bench_trainer.py --against REF --json FILE`` (old and new code alternating in fresh
+processes on one CPU, at the study's scale config: :func:`bench_command` prints the two
+invocations, standard and Calibrated Clipping arms) and applies it to the study's recorded
+step time, arm by arm. What is not step time (held-out evaluation every 10 steps, start-up)
+is carried over at 1.0x: the rollout phase, which is the sampler the evaluation runs, is
+within noise of 1.0x in every ``--against`` comparison since the issue's start.
+
+Arms the benchmark has no recipe for take the nearest one, and the table says so: the
+FP8-rollout + BF16-training arm (block rollout) takes BF16's ratio; the two rowwise
+controls (lower-only CC, CISPO) take rowwise's calibrated or standard ratio by their
+clipping mode.
+
+The recorded times come from the study's CPU and code (results version 4); the ratios from
+the benchmark's CPU. A ratio is a property of the code on one CPU, so the product is an
+estimate of what the study would cost *on the study's CPU* at the new rates only as far as
+the ratio carries between CPUs; the output says which CPU each number is from. Usage::
+
+    python benchmarks/table2_compute.py --bench-command          # the two benchmark runs
+    python benchmarks/table2_compute.py --bench std.json cc.json [--results results/table2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+#: bench_trainer's run names per training recipe (its RUNS keys)
+BENCH_RUN = {
+    "bf16": "BF16 rollout + BF16 training",
+    "tensorwise": "tensorwise (TorchAO) + tensor rollout",
+    "rowwise": "rowwise (TorchAO) + channel rollout",
+    "blockwise": "blockwise + block rollout",
+}
+#: each bench_trainer run's rollout granularity
+BENCH_ROLLOUT = {"bf16": None, "tensorwise": "tensor", "rowwise": "channel", "blockwise": "block"}
+#: The study's scale settings that change a step's cost (scale/tiny_table2.yaml), for
+#: bench_trainer's --set; evaluation is off in the benchmark (carried at 1.0x, see above)
+SCALE_KEYS = (
+    "model.sft.steps",
+    "algorithm.eps_low",
+    "algorithm.eps_high",
+    "algorithm.dynamic_sampling",
+    "train.lr",
+    "train.shadow_every",
+    "clipping.period",
+    "clipping.pool",
+    "clipping.min_tail_tokens",
+)
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _yaml_value(value: Any) -> str:
+    """``value`` as text that YAML reads back as the same value (``3e-05`` would be a
+    string to YAML 1.1; ``0.00003`` is a float)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.15f}".rstrip("0")
+    return str(value)
+
+
+def bench_command(ref: str, steps: int = 4) -> list[str]:
+    """The two ``bench_trainer.py`` invocations whose JSON this script reads: the study's
+    scale settings (from ``experiments/conf/scale/tiny_table2.yaml``), evaluation off,
+    standard clipping, then Calibrated Clipping."""
+    scale = _flat(yaml.safe_load((REPO / "experiments/conf/scale/tiny_table2.yaml").read_text()))
+    missing = [k for k in SCALE_KEYS if k not in scale]
+    if missing:
+        raise SystemExit(f"scale/tiny_table2.yaml has no {', '.join(missing)}: update SCALE_KEYS")
+    sets = " ".join(f"{k}={_yaml_value(scale[k])}" for k in SCALE_KEYS) + " eval.every=0"
+    base = (
+        f"python benchmarks/bench_trainer.py --against {ref} --steps {steps} "
+        f"--recipes bf16 tensorwise rowwise blockwise --set {sets}"
+    )
+    return [
+        f"{base} --json table2_std.json",
+        f"{base} clipping.mode=calibrated --json table2_cc.json",
+    ]
+
+
+def _ratios(bench_files: list[Path]) -> tuple[dict[tuple[str, str], float], list[str]]:
+    """(recipe, clipping mode) -> new/old median step, and each file's description."""
+    ratios: dict[tuple[str, str], float] = {}
+    described = []
+    for path in bench_files:
+        data = json.loads(path.read_text())
+        mode = data["sets"].get("clipping.mode", "standard")
+        described.append(
+            f"{path.name}: {data['cpu']}, old {data['old']}, new {data['new']}, "
+            f"{data['steps']} steps, clipping {mode}"
+        )
+        for recipe, run in BENCH_RUN.items():
+            if run in data["runs"]:
+                r = data["runs"][run]
+                ratios[(recipe, mode)] = r["new"]["step"] / r["old"]["step"]
+    return ratios, described
+
+
+def _seconds(a: str, b: str) -> float:
+    return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds()
+
+
+def study_runs(results: Path) -> list[dict[str, Any]]:
+    """Each finished run: its arm, summed step time and wall time (single attempts only)."""
+    runs = []
+    for run in sorted(p for p in results.iterdir() if (p / "status.json").is_file()):
+        status = json.loads((run / "status.json").read_text())
+        if status["status"] != "done":
+            continue
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        steps = [
+            json.loads(line)["data"].get("timing_s/step", 0.0)
+            for line in (run / "metrics.jsonl").read_text().splitlines()
+        ]
+        wall = _seconds(status["started_at"], status["finished_at"])
+        runs.append(
+            {
+                "training": cfg["granularity"]["training"],
+                "rollout": cfg["granularity"]["rollout"],
+                "clipping": cfg["clipping"]["mode"],
+                "loss": cfg["clipping"]["loss"],
+                "lower_only": bool(cfg["clipping"].get("lower_only")),
+                "step_s": sum(steps),
+                "wall_s": wall if status.get("attempt", 1) == 1 else None,
+            }
+        )
+    if not runs:
+        raise SystemExit(f"{results}: no finished runs")
+    return runs
+
+
+def arm_of(run: dict[str, Any]) -> tuple[str, str, str, bool]:
+    """(arm label, recipe, clipping mode, whether the recipe is only the nearest one) whose
+    measured ratio the run takes."""
+    mode = "standard" if run["clipping"] == "standard" else "calibrated"
+    label = run["training"] + (f" + {run['rollout']} rollout" if run["rollout"] else "")
+    label += f", {run['clipping']} clipping"
+    extra = []
+    if run["lower_only"]:
+        extra.append("lower-only")
+    if run["loss"] not in ("calibrated_clip", "ppo"):
+        extra.append(run["loss"])
+    label += "".join(f", {e}" for e in extra)
+    nearest = bool(extra) or run["rollout"] != BENCH_ROLLOUT.get(run["training"])
+    return label, run["training"], mode, nearest
+
+
+def report(results: Path, bench_files: list[Path]) -> str:
+    ratios, described = _ratios(bench_files)
+    runs = study_runs(results)
+    arms: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        label, recipe, mode, nearest = arm_of(run)
+        if (recipe, mode) not in ratios:
+            raise SystemExit(f"no benchmark ratio for {recipe}, {mode} clipping: {described}")
+        arm = arms.setdefault(
+            label, {"runs": 0, "step_s": 0.0, "key": (recipe, mode), "nearest": nearest}
+        )
+        arm["runs"] += 1
+        arm["step_s"] += run["step_s"]
+    walls = [r for r in runs if r["wall_s"] is not None]
+    other_share = statistics.median(1 - r["step_s"] / r["wall_s"] for r in walls)
+    lines = [
+        f"Study: {results} ({len(runs)} finished runs). Ratios: " + "; ".join(described),
+        "",
+        "| arm | runs | recorded step time (h) | ratio taken (new/old step) | re-estimated (h) |",
+        "|---|---:|---:|---|---:|",
+    ]
+    total_old = total_new = 0.0
+    for label, arm in sorted(arms.items()):
+        recipe, mode = arm["key"]
+        ratio = ratios[(recipe, mode)]
+        proxy = ", the nearest recipe" if arm["nearest"] else ""
+        new = arm["step_s"] * ratio
+        total_old += arm["step_s"]
+        total_new += new
+        lines.append(
+            f"| {label} | {arm['runs']} | {arm['step_s'] / 3600:.2f} | {ratio:.2f}x "
+            f"({recipe}, {mode}){proxy} | {new / 3600:.2f} |"
+        )
+    recorded_wall = total_old / (1 - other_share)
+    other = recorded_wall - total_old
+    lines += [
+        f"| **steps, all arms** | {len(runs)} | {total_old / 3600:.2f} | "
+        f"{total_new / total_old:.2f}x | {total_new / 3600:.2f} |",
+        "",
+        f"Not step time (evaluation, start-up): median {other_share:.0%} of a single-attempt "
+        f"run's wall time ({len(walls)} runs), about {other / 3600:.2f} h of the study, "
+        "carried at 1.0x.",
+        f"Study compute: {recorded_wall / 3600:.2f} h recorded -> "
+        f"{(total_new + other) / 3600:.2f} h at the new rates = "
+        f"**{(total_new + other) / recorded_wall:.2f}x** (target: <= 0.5x).",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bench", nargs="+", type=Path, help="bench_trainer.py --json files")
+    ap.add_argument("--results", type=Path, default=REPO / "results" / "table2")
+    ap.add_argument("--bench-command", action="store_true", help="print the benchmark runs")
+    ap.add_argument("--ref", default="7dbb020", help="with --bench-command: the old commit")
+    args = ap.parse_args()
+    if args.bench_command:
+        print("\n".join(bench_command(args.ref)))
+        return
+    if not args.bench:
+        ap.error("--bench FILE [FILE] (or --bench-command)")
+    print(report(args.results, args.bench))
+
+
+if __name__ == "__main__":
+    main()

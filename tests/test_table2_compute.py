@@ -1,0 +1,91 @@
+"""benchmarks/table2_compute.py: the benchmark command carries the study's scale settings,
+and the re-estimate applies each arm's measured ratio to the study's recorded step time."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location(
+    "table2_compute", REPO / "benchmarks" / "table2_compute.py"
+)
+t2 = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(t2)
+
+
+def test_the_bench_command_sets_the_studys_scale_values_as_yaml_reads_them() -> None:
+    scale = t2._flat(yaml.safe_load((REPO / "experiments/conf/scale/tiny_table2.yaml").read_text()))
+    std, cc = t2.bench_command("7dbb020")
+    args = shlex.split(std)
+    sets = args[args.index("--set") + 1 : args.index("--json")]
+    parsed = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in sets)}
+    assert parsed == {**{k: scale[k] for k in t2.SCALE_KEYS}, "eval.every": 0}
+    assert isinstance(parsed["train.lr"], float)  # "3e-05" would be a string to YAML
+    assert "clipping.mode=calibrated" in cc and "clipping.mode" not in std
+
+
+def fake_run(
+    root: Path,
+    name: str,
+    training: str,
+    rollout: str | None,
+    mode: str,
+    steps: list[float],
+    wall_s: float,
+    loss: str = "calibrated_clip",
+) -> None:
+    run = root / name
+    run.mkdir(parents=True)
+    cfg = {
+        "granularity": {"training": training, "rollout": rollout},
+        "clipping": {"mode": mode, "loss": loss, "lower_only": False},
+    }
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    lines = [json.dumps({"step": i, "data": {"timing_s/step": s}}) for i, s in enumerate(steps)]
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    end = f"2026-12-01T10:{int(wall_s) // 60:02d}:{int(wall_s) % 60:02d}+00:00"
+    status = {"status": "done", "attempt": 1, "started_at": "2026-12-01T10:00:00+00:00",
+              "finished_at": end}  # fmt: skip
+    (run / "status.json").write_text(json.dumps(status))
+
+
+def fake_bench(path: Path, mode: str, ratios: dict[str, float]) -> Path:
+    runs = {
+        t2.BENCH_RUN[r]: {"old": {"step": 2.0}, "new": {"step": 2.0 * x}} for r, x in ratios.items()
+    }
+    sets = {"clipping.mode": mode} if mode != "standard" else {}
+    data = {"cpu": "Test CPU", "old": "aaa", "new": "bbb", "steps": 4, "sets": sets, "runs": runs}
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_the_reestimate_applies_each_arms_ratio_and_carries_the_rest(tmp_path) -> None:
+    res = tmp_path / "results"
+    # recorded: 300 s of steps in 400 s (BF16), 600 in 800 (rowwise CC), 100 in 200 (CISPO)
+    fake_run(res, "a", "bf16", None, "standard", [100.0, 200.0], 400)
+    fake_run(res, "b", "rowwise", "channel", "calibrated", [300.0, 300.0], 800)
+    fake_run(res, "c", "rowwise", "channel", "standard", [100.0], 200, loss="fp8rl_cispo")
+    std = fake_bench(tmp_path / "std.json", "standard", {"bf16": 0.8, "rowwise": 0.5})
+    cc = fake_bench(tmp_path / "cc.json", "calibrated", {"rowwise": 0.25})
+    out = t2.report(res, [std, cc])
+    # steps: 300*0.8 + 600*0.25 + 100*0.5 = 440 of 1000; not step time: median share of
+    # (0.25, 0.25, 0.5) = 0.25 -> the study 1000/0.75 = 1333.3 s, 333.3 s of it carried
+    assert "| **steps, all arms** | 3 | 0.28 | 0.44x | 0.12 |" in out
+    assert "**0.58x**" in out  # (440 + 333.3) / 1333.3
+    assert "rowwise + channel rollout, standard clipping, fp8rl_cispo | 1 | 0.03 | 0.50x " in out
+    assert "(rowwise, standard), the nearest recipe" in out
+    assert "(rowwise, calibrated) |" in out  # the exact recipe: not marked
+
+
+def test_an_arm_without_a_measured_ratio_is_refused(tmp_path) -> None:
+    res = tmp_path / "results"
+    fake_run(res, "a", "blockwise", "block", "standard", [10.0], 20)
+    std = fake_bench(tmp_path / "std.json", "standard", {"bf16": 0.8})
+    with pytest.raises(SystemExit, match="no benchmark ratio for blockwise"):
+        t2.report(res, [std])
