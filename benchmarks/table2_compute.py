@@ -4,23 +4,26 @@ The pre-registered Table-2 study (``results/table2``, 44 runs of 50 steps) recor
 step's wall time (``timing_s/step`` in ``metrics.jsonl``) and each run's start and end
 (``status.json``). This script takes the per-arm ratio *new step / old step* measured by
 ``bench_trainer.py --against REF --json FILE`` (old and new code alternating in fresh
-processes on one CPU, at the study's scale config: :func:`bench_command` prints the two
-invocations, standard and Calibrated Clipping arms) and applies it to the study's recorded
-step time, arm by arm. What is not step time (held-out evaluation every 10 steps, start-up)
-is carried over at 1.0x: the rollout phase, which is the sampler the evaluation runs, is
-within noise of 1.0x in every ``--against`` comparison since the issue's start.
+processes on one CPU, at the study's scale config and thread count; :func:`bench_command`
+prints the two invocations, standard and Calibrated Clipping arms) and applies it to the
+study's recorded step time, arm by arm. What is not step time (held-out evaluation every
+10 steps, start-up) is carried over at 1.0x: the rollout phase, which is the sampler the
+evaluation runs, is within noise of 1.0x in every ``--against`` comparison since the
+issue's start.
 
 Arms the benchmark has no recipe for take the nearest one, and the table says so: the
 FP8-rollout + BF16-training arm (block rollout) takes BF16's ratio; the two rowwise
 controls (lower-only CC, CISPO) take rowwise's calibrated or standard ratio by their
-clipping mode.
+clipping mode. The benchmark's runs are shorter than a calibration period (10 steps), so
+Calibrated Clipping's bound updates are not in its ratio (its loss and shadow forward are).
 
-The recorded times come from the study's CPU and code (results version 4); the ratios from
-the benchmark's CPU. A ratio is a property of the code on one CPU, so the product is an
-estimate of what the study would cost *on the study's CPU* at the new rates only as far as
-the ratio carries between CPUs; the output says which CPU each number is from. Usage::
+The recorded times come from the study's CPU and code (results version 4, commit f4624b1);
+the ratios from the benchmark's CPU, against REF. A ratio is a property of the code on one
+CPU, so the product estimates what the study would cost on the study's CPU at the new rates
+only as far as the ratio carries between CPUs and from f4624b1 to REF; the output names
+both. Usage::
 
-    python benchmarks/table2_compute.py --bench-command          # the two benchmark runs
+    python benchmarks/table2_compute.py --bench-command     # the two benchmark runs (~35 min)
     python benchmarks/table2_compute.py --bench std.json cc.json [--results results/table2]
 """
 
@@ -80,18 +83,29 @@ def _yaml_value(value: Any) -> str:
     return str(value)
 
 
-def bench_command(ref: str, steps: int = 4) -> list[str]:
+def study_threads(results: Path) -> int:
+    """The torch thread count the study's runs had (``provenance.json``; one value)."""
+    threads = {
+        json.loads(p.read_text())["hardware"]["torch_num_threads"]
+        for p in results.glob("*/provenance.json")
+    }
+    if len(threads) != 1:
+        raise SystemExit(f"{results}: runs with thread counts {sorted(threads)}, not one")
+    return threads.pop()
+
+
+def bench_command(ref: str, results: Path, steps: int = 6) -> list[str]:
     """The two ``bench_trainer.py`` invocations whose JSON this script reads: the study's
-    scale settings (from ``experiments/conf/scale/tiny_table2.yaml``), evaluation off,
-    standard clipping, then Calibrated Clipping."""
+    scale settings (from ``experiments/conf/scale/tiny_table2.yaml``) and thread count,
+    evaluation off, standard clipping, then Calibrated Clipping."""
     scale = _flat(yaml.safe_load((REPO / "experiments/conf/scale/tiny_table2.yaml").read_text()))
     missing = [k for k in SCALE_KEYS if k not in scale]
     if missing:
         raise SystemExit(f"scale/tiny_table2.yaml has no {', '.join(missing)}: update SCALE_KEYS")
     sets = " ".join(f"{k}={_yaml_value(scale[k])}" for k in SCALE_KEYS) + " eval.every=0"
     base = (
-        f"python benchmarks/bench_trainer.py --against {ref} --steps {steps} "
-        f"--recipes bf16 tensorwise rowwise blockwise --set {sets}"
+        f"python benchmarks/bench_trainer.py --against {ref} --threads {study_threads(results)} "
+        f"--steps {steps} --recipes bf16 tensorwise rowwise blockwise --set {sets}"
     )
     return [
         f"{base} --json table2_std.json",
@@ -134,6 +148,7 @@ def study_runs(results: Path) -> list[dict[str, Any]]:
             for line in (run / "metrics.jsonl").read_text().splitlines()
         ]
         wall = _seconds(status["started_at"], status["finished_at"])
+        prov = json.loads((run / "provenance.json").read_text())
         runs.append(
             {
                 "training": cfg["granularity"]["training"],
@@ -143,6 +158,8 @@ def study_runs(results: Path) -> list[dict[str, Any]]:
                 "lower_only": bool(cfg["clipping"].get("lower_only")),
                 "step_s": sum(steps),
                 "wall_s": wall if status.get("attempt", 1) == 1 else None,
+                "cpu": prov["hardware"]["cpu_model"],
+                "commit": prov["git"]["commit"][:7],
             }
         )
     if not runs:
@@ -181,8 +198,11 @@ def report(results: Path, bench_files: list[Path]) -> str:
         arm["step_s"] += run["step_s"]
     walls = [r for r in runs if r["wall_s"] is not None]
     other_share = statistics.median(1 - r["step_s"] / r["wall_s"] for r in walls)
+    cpus = ", ".join(sorted({r["cpu"] for r in runs}))
+    commits = ", ".join(sorted({r["commit"] for r in runs}))
     lines = [
-        f"Study: {results} ({len(runs)} finished runs). Ratios: " + "; ".join(described),
+        f"Study: {results} ({len(runs)} finished runs; recorded on {cpus}, code {commits}). "
+        "Ratios: " + "; ".join(described),
         "",
         "| arm | runs | recorded step time (h) | ratio taken (new/old step) | re-estimated (h) |",
         "|---|---:|---:|---|---:|",
@@ -223,7 +243,7 @@ def main() -> None:
     ap.add_argument("--ref", default="7dbb020", help="with --bench-command: the old commit")
     args = ap.parse_args()
     if args.bench_command:
-        print("\n".join(bench_command(args.ref)))
+        print("\n".join(bench_command(args.ref, args.results)))
         return
     if not args.bench:
         ap.error("--bench FILE [FILE] (or --bench-command)")

@@ -21,13 +21,14 @@ spec.loader.exec_module(t2)
 
 def test_the_bench_command_sets_the_studys_scale_values_as_yaml_reads_them() -> None:
     scale = t2._flat(yaml.safe_load((REPO / "experiments/conf/scale/tiny_table2.yaml").read_text()))
-    std, cc = t2.bench_command("7dbb020")
+    std, cc = t2.bench_command("7dbb020", REPO / "results" / "table2")
     args = shlex.split(std)
     sets = args[args.index("--set") + 1 : args.index("--json")]
     parsed = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in sets)}
     assert parsed == {**{k: scale[k] for k in t2.SCALE_KEYS}, "eval.every": 0}
     assert isinstance(parsed["train.lr"], float)  # "3e-05" would be a string to YAML
     assert "clipping.mode=calibrated" in cc and "clipping.mode" not in std
+    assert "--threads 1 " in std  # the study's runs ran on one thread each (provenance)
 
 
 def fake_run(
@@ -53,6 +54,8 @@ def fake_run(
     status = {"status": "done", "attempt": 1, "started_at": "2026-12-01T10:00:00+00:00",
               "finished_at": end}  # fmt: skip
     (run / "status.json").write_text(json.dumps(status))
+    prov = {"hardware": {"cpu_model": "Study CPU"}, "git": {"commit": "f4624b1f1d"}}
+    (run / "provenance.json").write_text(json.dumps(prov))
 
 
 def fake_bench(path: Path, mode: str, ratios: dict[str, float]) -> Path:
@@ -78,6 +81,7 @@ def test_the_reestimate_applies_each_arms_ratio_and_carries_the_rest(tmp_path) -
     # (0.25, 0.25, 0.5) = 0.25 -> the study 1000/0.75 = 1333.3 s, 333.3 s of it carried
     assert "| **steps, all arms** | 3 | 0.28 | 0.44x | 0.12 |" in out
     assert "**0.58x**" in out  # (440 + 333.3) / 1333.3
+    assert "recorded on Study CPU, code f4624b1" in out and "Test CPU" in out
     assert "rowwise + channel rollout, standard clipping, fp8rl_cispo | 1 | 0.03 | 0.50x " in out
     assert "(rowwise, standard), the nearest recipe" in out
     assert "(rowwise, calibrated) |" in out  # the exact recipe: not marked
