@@ -129,6 +129,10 @@ bench-loss: setup ## Time loss + diagnostics + calibration on a 256x4096-token b
 bench-trainer: setup ## Time the tiny RL step by phase per recipe and the calibration overhead at K=20; vs an earlier commit, interleaved: make bench-trainer ARGS="--against f1ddd3e"
 	$(PY) benchmarks/bench_trainer.py $(ARGS)
 
+.PHONY: table2-compute
+table2-compute: setup ## The Table-2 study's compute at today's step rates: bench_trainer --against 7dbb020 at its scale settings (2 invocations, 11 min on a 2-core AMD EPYC), tables into outputs/table2_compute
+	$(PY) benchmarks/table2_compute.py --run outputs/table2_compute $(ARGS)
+
 .PHONY: bench-torchao-dequant
 bench-torchao-dequant: setup ## TorchAO's emulated-GEMM dequantisation, eager vs compiled, and its compile cost
 	$(PY) benchmarks/bench_torchao_dequant.py $(ARGS)

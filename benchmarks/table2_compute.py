@@ -17,21 +17,25 @@ controls (lower-only CC, CISPO) take rowwise's calibrated or standard ratio by t
 clipping mode. The benchmark's runs are shorter than a calibration period (10 steps), so
 Calibrated Clipping's bound updates are not in its ratio (its loss and shadow forward are).
 
-The recorded times come from the study's CPU and code (results version 4, commit f4624b1);
-the ratios from the benchmark's CPU, against REF. A ratio is a property of the code on one
-CPU, so the product estimates what the study would cost on the study's CPU at the new rates
-only as far as the ratio carries between CPUs and from f4624b1 to REF; the output names
-both. Usage::
+The recorded times come from the study's CPUs and code (results version 4; its runs name
+several commits and two CPUs, and the report lists them); the ratios from the benchmark's
+CPU, against REF. A ratio is a property of the code on one CPU, so the product estimates
+what the study would cost at the new rates only as far as the ratio carries between CPUs
+and from the study's commits to REF; the output names both. Usage::
 
-    python benchmarks/table2_compute.py --bench-command     # the two benchmark runs (~35 min)
+    python benchmarks/table2_compute.py --bench-command     # the two benchmark runs
     python benchmarks/table2_compute.py --bench std.json cc.json [--results results/table2]
+    python benchmarks/table2_compute.py --run DIR           # both runs (11 min), then the report
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
+import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -235,18 +239,41 @@ def report(results: Path, bench_files: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def run_benchmarks(ref: str, results: Path, out: Path) -> list[Path]:
+    """Run :func:`bench_command`'s invocations with this interpreter; their JSON files."""
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for command in bench_command(ref, results):
+        args = shlex.split(command)[1:]  # without "python"
+        name = args[-1]
+        args[-1] = str(out / name)
+        print(f"running: {command}", file=sys.stderr, flush=True)
+        with open(out / name.replace(".json", ".md"), "w") as table:
+            subprocess.run([sys.executable, *args], cwd=REPO, stdout=table, check=True)
+        files.append(out / name)
+    return files
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bench", nargs="+", type=Path, help="bench_trainer.py --json files")
     ap.add_argument("--results", type=Path, default=REPO / "results" / "table2")
     ap.add_argument("--bench-command", action="store_true", help="print the benchmark runs")
-    ap.add_argument("--ref", default="7dbb020", help="with --bench-command: the old commit")
+    ap.add_argument(
+        "--run",
+        type=Path,
+        metavar="DIR",
+        help="run the two benchmark invocations (their tables and JSON into DIR), then report",
+    )
+    ap.add_argument("--ref", default="7dbb020", help="the old commit (--bench-command, --run)")
     args = ap.parse_args()
     if args.bench_command:
         print("\n".join(bench_command(args.ref, args.results)))
         return
+    if args.run:
+        args.bench = run_benchmarks(args.ref, args.results, args.run)
     if not args.bench:
-        ap.error("--bench FILE [FILE] (or --bench-command)")
+        ap.error("--bench FILE [FILE] (or --run DIR, or --bench-command)")
     print(report(args.results, args.bench))
 
 

@@ -93,3 +93,19 @@ def test_an_arm_without_a_measured_ratio_is_refused(tmp_path) -> None:
     std = fake_bench(tmp_path / "std.json", "standard", {"bf16": 0.8})
     with pytest.raises(SystemExit, match="no benchmark ratio for blockwise"):
         t2.report(res, [std])
+
+
+def test_run_runs_both_invocations_into_the_folder(tmp_path, monkeypatch) -> None:
+    calls = []
+
+    def fake_run(args, cwd, stdout, check):
+        calls.append(args)
+        stdout.write("table\n")
+        Path(args[-1]).write_text("{}")
+
+    monkeypatch.setattr(t2.subprocess, "run", fake_run)
+    files = t2.run_benchmarks("7dbb020", REPO / "results" / "table2", tmp_path / "out")
+    assert files == [tmp_path / "out" / "table2_std.json", tmp_path / "out" / "table2_cc.json"]
+    assert all(f.is_file() and f.with_suffix(".md").read_text() == "table\n" for f in files)
+    assert [a[1] for a in calls] == ["benchmarks/bench_trainer.py"] * 2
+    assert "clipping.mode=calibrated" in calls[1] and "clipping.mode=calibrated" not in calls[0]
