@@ -42,6 +42,8 @@ from typing import Any
 
 import yaml
 
+from fp8rl.runs.ids import flatten_config
+
 REPO = Path(__file__).resolve().parent.parent
 #: bench_trainer's run names per training recipe (its RUNS keys)
 BENCH_RUN = {
@@ -52,29 +54,9 @@ BENCH_RUN = {
 }
 #: each bench_trainer run's rollout granularity
 BENCH_ROLLOUT = {"bf16": None, "tensorwise": "tensor", "rowwise": "channel", "blockwise": "block"}
-#: The study's scale settings that change a step's cost (scale/tiny_table2.yaml), for
-#: bench_trainer's --set; evaluation is off in the benchmark (carried at 1.0x, see above)
-SCALE_KEYS = (
-    "model.sft.steps",
-    "algorithm.eps_low",
-    "algorithm.eps_high",
-    "algorithm.dynamic_sampling",
-    "train.lr",
-    "train.shadow_every",
-    "clipping.period",
-    "clipping.pool",
-    "clipping.min_tail_tokens",
-)
-
-
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
+#: Scale settings the benchmark does not take from scale/tiny_table2.yaml: its own step
+#: count, and evaluation (off in the benchmark, carried at 1.0x: see above)
+NOT_SET = ("steps", "eval.")
 
 
 def _yaml_value(value: Any) -> str:
@@ -98,18 +80,23 @@ def study_threads(results: Path) -> int:
     return threads.pop()
 
 
+def scale_settings() -> dict[str, Any]:
+    """The study's scale settings (``experiments/conf/scale/tiny_table2.yaml``, dotted keys)
+    that the benchmark runs with: all but :data:`NOT_SET`."""
+    scale = flatten_config(
+        yaml.safe_load((REPO / "experiments/conf/scale/tiny_table2.yaml").read_text())
+    )
+    return {k: v for k, v in scale.items() if not k.startswith(NOT_SET)}
+
+
 def bench_command(ref: str, results: Path, steps: int = 6) -> list[str]:
     """The two ``bench_trainer.py`` invocations whose JSON this script reads: the study's
-    scale settings (from ``experiments/conf/scale/tiny_table2.yaml``) and thread count,
-    evaluation off, standard clipping, then Calibrated Clipping."""
-    scale = _flat(yaml.safe_load((REPO / "experiments/conf/scale/tiny_table2.yaml").read_text()))
-    missing = [k for k in SCALE_KEYS if k not in scale]
-    if missing:
-        raise SystemExit(f"scale/tiny_table2.yaml has no {', '.join(missing)}: update SCALE_KEYS")
-    sets = " ".join(f"{k}={_yaml_value(scale[k])}" for k in SCALE_KEYS) + " eval.every=0"
+    scale settings and thread count, evaluation off, standard clipping, then Calibrated
+    Clipping."""
+    sets = " ".join(f"{k}={_yaml_value(v)}" for k, v in scale_settings().items())
     base = (
         f"python benchmarks/bench_trainer.py --against {ref} --threads {study_threads(results)} "
-        f"--steps {steps} --recipes bf16 tensorwise rowwise blockwise --set {sets}"
+        f"--steps {steps} --recipes bf16 tensorwise rowwise blockwise --set {sets} eval.every=0"
     )
     return [
         f"{base} --json table2_std.json",
