@@ -457,6 +457,13 @@ def side_stats(runs: list[dict[str, Any]]) -> tuple[dict[str, float], float]:
     return medians, statistics.median(run["wall"] for run in runs)
 
 
+def write_json(args: argparse.Namespace, old_sha: str, new_desc: str, runs: dict[str, Any]) -> None:
+    """``--json``: the comparison's phase medians per recipe and side, with what made them."""
+    meta = {"cpu": cpu_name(), "threads": args.threads, "old": old_sha, "new": new_desc}
+    meta |= {"steps": args.steps, "repeats": args.repeats, "sets": parse_sets(args.sets)}
+    args.json.write_text(json.dumps({**meta, "runs": runs}, indent=1))
+
+
 def against(args: argparse.Namespace) -> None:
     from fp8rl.world.sft import build_base_model, sft_config
 
@@ -523,21 +530,7 @@ def against(args: argparse.Namespace) -> None:
             verdicts[name] = compare_metrics(sides["old"][0]["path"], sides["new"][0]["path"])
             record[name]["metrics"] = verdicts[name]
     if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "cpu": cpu_name(),
-                    "threads": args.threads,
-                    "old": old_sha,
-                    "new": new_desc,
-                    "steps": args.steps,
-                    "repeats": args.repeats,
-                    "sets": parse_sets(args.sets),
-                    "runs": record,
-                },
-                indent=1,
-            )
-        )
+        write_json(args, old_sha, new_desc, record)
     print("\n| run | non-timing metrics, new vs old |")
     print("|---|---|")
     for name, verdict in verdicts.items():

@@ -3,6 +3,7 @@ and the re-estimate applies each arm's measured ratio to the study's recorded st
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import shlex
@@ -17,6 +18,11 @@ spec = importlib.util.spec_from_file_location(
 )
 t2 = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(t2)
+bench_spec = importlib.util.spec_from_file_location(
+    "bench_trainer", REPO / "benchmarks" / "bench_trainer.py"
+)
+bench = importlib.util.module_from_spec(bench_spec)
+bench_spec.loader.exec_module(bench)
 
 
 def test_the_bench_command_sets_the_studys_scale_values_as_yaml_reads_them() -> None:
@@ -67,12 +73,13 @@ def fake_run(
 
 
 def fake_bench(path: Path, mode: str, ratios: dict[str, float]) -> Path:
+    """A JSON file as bench_trainer.py --against --json writes it (its own writer)."""
     runs = {
         t2.BENCH_RUN[r]: {"old": {"step": 2.0}, "new": {"step": 2.0 * x}} for r, x in ratios.items()
     }
-    sets = {"clipping.mode": mode} if mode != "standard" else {}
-    data = {"cpu": "Test CPU", "old": "aaa", "new": "bbb", "steps": 4, "sets": sets, "runs": runs}
-    path.write_text(json.dumps(data))
+    sets = [f"clipping.mode={mode}"] if mode != "standard" else []
+    args = argparse.Namespace(threads=1, steps=4, repeats=1, sets=sets, json=path)
+    bench.write_json(args, "aaa", "bbb", runs)
     return path
 
 
@@ -89,7 +96,7 @@ def test_the_reestimate_applies_each_arms_ratio_and_carries_the_rest(tmp_path) -
     # (0.25, 0.25, 0.5) = 0.25 -> the study 1000/0.75 = 1333.3 s, 333.3 s of it carried
     assert "| **steps, all arms** | 3 | 0.28 | 0.44x | 0.12 |" in out
     assert "**0.58x**" in out  # (440 + 333.3) / 1333.3
-    assert "recorded on Study CPU, code f4624b1" in out and "Test CPU" in out
+    assert "recorded on Study CPU, code f4624b1" in out and bench.cpu_name() in out
     assert "rowwise + channel rollout, standard clipping, fp8rl_cispo | 1 | 0.03 | 0.50x " in out
     assert "(rowwise, standard), the nearest recipe" in out
     assert "(rowwise, calibrated) |" in out  # the exact recipe: not marked
