@@ -31,6 +31,7 @@ and from the study's commits to REF; the output names both. Usage::
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shlex
 import statistics
@@ -38,22 +39,37 @@ import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
 
+from fp8rl.runs import read_step_log
 from fp8rl.runs.ids import flatten_config
+from fp8rl.runs.store import CONFIG_FILE, METRICS_FILE, PROVENANCE_FILE, STATUS_FILE
 
 REPO = Path(__file__).resolve().parent.parent
-#: bench_trainer's run names per training recipe (its RUNS keys)
-BENCH_RUN = {
-    "bf16": "BF16 rollout + BF16 training",
-    "tensorwise": "tensorwise (TorchAO) + tensor rollout",
-    "rowwise": "rowwise (TorchAO) + channel rollout",
-    "blockwise": "blockwise + block rollout",
+
+
+def _load_bench_trainer() -> ModuleType:
+    """benchmarks/bench_trainer.py as a module (its RUNS, ALIASES and JSON writer)."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_trainer", REPO / "benchmarks/bench_trainer.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bench_trainer = _load_bench_trainer()
+#: The training recipes the benchmark runs, each by its bench_trainer alias
+RECIPES = ("bf16", "tensorwise", "rowwise", "blockwise")
+#: bench_trainer's run name per recipe (the key of its RUNS and of its --json "runs")
+BENCH_RUN = {recipe: bench_trainer.ALIASES[recipe] for recipe in RECIPES}
+#: each of those runs' rollout granularity
+BENCH_ROLLOUT = {
+    r: bench_trainer.RUNS[run].get("granularity.rollout") for r, run in BENCH_RUN.items()
 }
-#: each bench_trainer run's rollout granularity
-BENCH_ROLLOUT = {"bf16": None, "tensorwise": "tensor", "rowwise": "channel", "blockwise": "block"}
 #: Scale settings the benchmark does not take from scale/tiny_table2.yaml: its own step
 #: count, and evaluation (off in the benchmark, carried at 1.0x: see above)
 NOT_SET = ("steps", "eval.")
@@ -73,7 +89,7 @@ def study_threads(results: Path) -> int:
     """The torch thread count the study's runs had (``provenance.json``; one value)."""
     threads = {
         json.loads(p.read_text())["hardware"]["torch_num_threads"]
-        for p in results.glob("*/provenance.json")
+        for p in results.glob(f"*/{PROVENANCE_FILE}")
     }
     if len(threads) != 1:
         raise SystemExit(f"{results}: runs with thread counts {sorted(threads)}, not one")
@@ -96,7 +112,7 @@ def bench_command(ref: str, results: Path, steps: int = 6) -> list[str]:
     sets = " ".join(f"{k}={_yaml_value(v)}" for k, v in scale_settings().items())
     base = (
         f"python benchmarks/bench_trainer.py --against {ref} --threads {study_threads(results)} "
-        f"--steps {steps} --recipes bf16 tensorwise rowwise blockwise --set {sets} eval.every=0"
+        f"--steps {steps} --recipes {' '.join(RECIPES)} --set {sets} eval.every=0"
     )
     return [
         f"{base} --json table2_std.json",
@@ -129,17 +145,16 @@ def _seconds(a: str, b: str) -> float:
 def study_runs(results: Path) -> list[dict[str, Any]]:
     """Each finished run: its arm, summed step time and wall time (single attempts only)."""
     runs = []
-    for run in sorted(p for p in results.iterdir() if (p / "status.json").is_file()):
-        status = json.loads((run / "status.json").read_text())
+    for run in sorted(p for p in results.iterdir() if (p / STATUS_FILE).is_file()):
+        status = json.loads((run / STATUS_FILE).read_text())
         if status["status"] != "done":
             continue
-        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        cfg = yaml.safe_load((run / CONFIG_FILE).read_text())
         steps = [
-            json.loads(line)["data"].get("timing_s/step", 0.0)
-            for line in (run / "metrics.jsonl").read_text().splitlines()
+            r["data"].get("timing_s/step", 0.0) for r in read_step_log(run / METRICS_FILE).records
         ]
         wall = _seconds(status["started_at"], status["finished_at"])
-        prov = json.loads((run / "provenance.json").read_text())
+        prov = json.loads((run / PROVENANCE_FILE).read_text())
         runs.append(
             {
                 "training": cfg["granularity"]["training"],
@@ -174,9 +189,10 @@ def arm_of(run: dict[str, Any]) -> tuple[str, str, str, bool]:
     return label, run["training"], mode, nearest
 
 
-def report(results: Path, bench_files: list[Path]) -> str:
-    ratios, described = _ratios(bench_files)
-    runs = study_runs(results)
+def _arms(
+    runs: list[dict[str, Any]], ratios: dict[tuple[str, str], float], described: list[str]
+) -> dict[str, dict[str, Any]]:
+    """The study's runs summed per arm: run count, step time, the ratio's key, nearest."""
     arms: dict[str, dict[str, Any]] = {}
     for run in runs:
         label, recipe, mode, nearest = arm_of(run)
@@ -187,6 +203,14 @@ def report(results: Path, bench_files: list[Path]) -> str:
         )
         arm["runs"] += 1
         arm["step_s"] += run["step_s"]
+    return arms
+
+
+def report(results: Path, bench_files: list[Path]) -> str:
+    """The re-estimate as markdown: per arm, all arms, and the whole study's compute."""
+    ratios, described = _ratios(bench_files)
+    runs = study_runs(results)
+    arms = _arms(runs, ratios, described)
     walls = [r for r in runs if r["wall_s"] is not None]
     other_share = statistics.median(1 - r["step_s"] / r["wall_s"] for r in walls)
     cpus = ", ".join(sorted({r["cpu"] for r in runs}))
