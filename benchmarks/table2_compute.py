@@ -278,6 +278,11 @@ def main() -> None:
     )
     ap.add_argument("--ref", default="7dbb020", help="the old commit (--bench-command, --run)")
     args = ap.parse_args()
+    if not args.results.is_dir():
+        ap.error(f"--results {args.results}: no such folder (the study's compact results)")
+    missing = [str(f) for f in args.bench or [] if not f.is_file()]
+    if missing:
+        ap.error(f"--bench: no such file: {', '.join(missing)}")
     if args.bench_command:
         print("\n".join(bench_command(args.ref, args.results)))
         return

@@ -7,6 +7,8 @@ import argparse
 import importlib.util
 import json
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -120,3 +122,19 @@ def test_run_runs_both_invocations_into_the_folder(tmp_path, monkeypatch) -> Non
     assert all(f.is_file() and f.with_suffix(".md").read_text() == "table\n" for f in files)
     assert [a[1] for a in calls] == ["benchmarks/bench_trainer.py"] * 2
     assert "clipping.mode=calibrated" in calls[1] and "clipping.mode=calibrated" not in calls[0]
+
+
+def test_missing_inputs_are_refused_in_one_line_before_any_run(tmp_path) -> None:
+    script = str(REPO / "benchmarks" / "table2_compute.py")
+    for args, says in (
+        (
+            ["--results", str(tmp_path / "nowhere"), "--run", str(tmp_path / "out")],
+            "no such folder",
+        ),
+        (["--bench", str(tmp_path / "absent.json")], "--bench: no such file"),
+    ):
+        out = subprocess.run(
+            [sys.executable, script, *args], cwd=REPO, capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 2 and says in out.stderr
+    assert not (tmp_path / "out").exists()
