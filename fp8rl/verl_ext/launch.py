@@ -64,6 +64,7 @@ __all__ = [
     "session_processes",
     "stop_leftovers",
     "stop_session",
+    "trl_problem",
 ]
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,14 @@ _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 REPO = Path(__file__).resolve().parents[2]
 #: Prepares a tiny model's run from the tiny world (``fp8rl.verl_ext.tiny_world.prepare``).
 TINY_PREPARE = REPO / "scripts" / "verl_prepare_tiny.py"
+#: The TRL release the project pins (pyproject's ``dev`` and ``bench`` extras): the newest that
+#: still has the class verl 0.9.1 imports whenever TRL is importable (below).
+TRL_PIN = "1.12.0"
+#: What verl 0.9.1 imports from TRL whenever TRL is installed
+#: (``verl/models/transformers/monkey_patch.py``, ``verl/utils/model.py``): first from
+#: ``trl.experimental.ppo`` (TRL 0.26-1.12), then from ``trl`` (TRL 0.25 and older). TRL
+#: 1.13 and newer have it in neither place.
+TRL_CLASS = "AutoModelForCausalLMWithValueHead"
 #: verl's driver session as the launcher started it (under ``<run>/verl/``): pid = session
 #: id, its start time and host, for the next launch to stop what a killed launcher left.
 SESSION_FILE = "session.json"
@@ -107,9 +116,42 @@ def gpu_stack_problems() -> list[str]:
     return problems
 
 
+def trl_problem() -> str | None:
+    """Why verl would fail to import TRL's value-head model in this environment, with the
+    fix, or None (TRL absent, or exporting the class where verl looks for it).
+
+    verl 0.9.1 imports ``AutoModelForCausalLMWithValueHead`` from ``trl.experimental.ppo``,
+    then from ``trl``, whenever TRL is importable, and fails its workers with an ImportError
+    a minute after Ray starts when neither has it (TRL 1.13 and newer). Checked by reading
+    the two ``__init__.py`` files that would export it (TRL's lazy import tables name it),
+    without importing TRL (7 s): milliseconds.
+    """
+    spec = importlib.util.find_spec("trl")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations)))
+    for init in (root / "experimental" / "ppo" / "__init__.py", root / "__init__.py"):
+        with contextlib.suppress(OSError):
+            if re.search(rf"\b{TRL_CLASS}\b", init.read_text(encoding="utf-8")):
+                return None
+    from importlib.metadata import distributions
+
+    # the version of this very package (its dist-info beside it), not of another trl on the path
+    found = [d.version for d in distributions(name="trl", path=[str(root.parent)])]
+    installed = f"TRL {found[0]}" if found else f"the TRL at {root}"
+    return (
+        f"{installed} has no {TRL_CLASS} (in trl.experimental.ppo or trl), which verl 0.9.1 "
+        f"imports whenever TRL is installed, so every verl worker would fail: pip install "
+        f"'trl=={TRL_PIN}' (the project's pin, pip install -e '.[dev]') or pip uninstall trl"
+    )
+
+
 def launch_problems(launch: VerlLaunch, cluster: ClusterConfig) -> list[str]:
     """Why ``launch`` cannot start here, each with its fix (empty: it can)."""
     problems = []
+    trl = trl_problem()
+    if trl is not None:
+        problems.append(trl)
     if not launch.tiny:  # a tiny model's data is the tiny task families, written per run
         try:
             check_data(cluster.data_dir, [TRAIN_SET, *launch.benchmarks])
