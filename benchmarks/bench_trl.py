@@ -30,7 +30,7 @@ no gradient checkpointing       gradient_checkpointing = False (TRL's default is
 ==============================  =======================================================
 
 Prompts: step ``k`` gets the problems our trainer draws at step ``k``
-(``training_mix(prompts_per_step, derived_seed(seed, k, 0))``), in order
+(``step_problems(cfg, derived_seed(seed, k, 0))``), in order
 (``shuffle_dataset=False``). Reward: ``fp8rl.rewards.reward(completion, answer)`` (TRL
 decodes completions without special tokens, as our trainer drops EOS). Generation is
 ``transformers.generate`` (no vLLM on CPU).
@@ -91,8 +91,9 @@ import torch  # noqa: E402
 from fp8rl.config import RunConfig, override  # noqa: E402
 from fp8rl.rewards import reward  # noqa: E402
 from fp8rl.tiny.settings import resolve_config  # noqa: E402
+from fp8rl.world.prompts import step_problems  # noqa: E402
 from fp8rl.world.sft import build_base_model, sft_config  # noqa: E402
-from fp8rl.world.tasks import derived_seed, training_mix  # noqa: E402
+from fp8rl.world.tasks import derived_seed  # noqa: E402
 
 __all__ = ["grpo_config_kwargs", "main", "time_trl_step", "trl_dataset"]
 
@@ -107,7 +108,7 @@ def trl_dataset(cfg: RunConfig, steps: int) -> Any:
     rows = [
         {"prompt": p.prompt, "answer": p.answer}
         for step in range(1, steps + 1)
-        for p in training_mix(cfg.rollout.prompts_per_step, derived_seed(cfg.seed, step, 0))
+        for p in step_problems(cfg, derived_seed(cfg.seed, step, 0))
     ]
     return Dataset.from_list(rows)
 

@@ -26,7 +26,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ConfigError", "Range", "check_fields", "choice", "like", "num", "num_list"]
+__all__ = [
+    "ConfigError",
+    "Range",
+    "check_fields",
+    "choice",
+    "is_late",
+    "like",
+    "num",
+    "num_list",
+]
 
 
 class ConfigError(ValueError):
@@ -81,14 +90,25 @@ def num(
     null: str | None = None,
     finite: bool = True,
     sizes_compute: bool = False,
+    late: bool = False,
 ) -> Any:
     """A numeric field with its accepted range; ``null`` says what None stands for (None
     is refused when it is not given). ``finite=False`` lets ``+-inf`` through (inside the
-    range); ``sizes_compute``: the upper bound caps a run's compute (see the module)."""
+    range); ``sizes_compute``: the upper bound caps a run's compute (see the module);
+    ``late``: added after runs were recorded (see :func:`is_late`)."""
     meta = {"range": Range(ge, gt, le, lt), "null": null, "finite": finite}
     if sizes_compute:
         meta["sizes_compute"] = True
+    if late:
+        meta["late"] = True
     return field(default=default, metadata=meta)
+
+
+def is_late(f: dataclasses.Field) -> bool:
+    """Whether field ``f`` was declared ``late=True``: a setting added after runs were
+    recorded, which a config carries (and its run id and ``config_sha256`` hash) only when it
+    differs from its default, so every earlier config keeps its hash."""
+    return bool(f.metadata.get("late"))
 
 
 def num_list(
@@ -97,26 +117,35 @@ def num_list(
     ge: float | None = None,
     le: float | None = None,
     null: str | None = None,
+    late: bool = False,
 ) -> Any:
     """A list of numbers, each in the range and finite; ``null`` says what None means (None
-    not allowed without it)."""
+    not allowed without it); ``late`` as :func:`num`'s."""
     meta = {"range": Range(ge=ge, le=le), "list": True, "null": null, "finite": True}
+    if late:
+        meta["late"] = True
     if default is None:
         return field(default=None, metadata=meta)
     return field(default_factory=lambda: list(default), metadata=meta)
 
 
-def choice(default: str | None, options: Sequence[str], *, null: str | None = None) -> Any:
+def choice(
+    default: str | None, options: Sequence[str], *, null: str | None = None, late: bool = False
+) -> Any:
     """A field whose value is one of ``options`` (the room that implements them names them).
 
     A tuple is kept as given; another sequence is kept as a live view (the recipe
-    registry's ``RecipeNames``: a recipe registered later is a valid choice at once)."""
+    registry's ``RecipeNames``: a recipe registered later is a valid choice at once).
+    ``late`` as :func:`num`'s."""
     opts = (
         options
         if isinstance(options, Sequence) and not isinstance(options, list)
         else tuple(options)
     )
-    return field(default=default, metadata={"choices": opts, "null": null})
+    meta: dict[str, Any] = {"choices": opts, "null": null}
+    if late:
+        meta["late"] = True
+    return field(default=default, metadata=meta)
 
 
 def like(cls: type, name: str) -> Any:

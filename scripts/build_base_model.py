@@ -3,6 +3,7 @@
     python scripts/build_base_model.py                       # tiny-s, seed 0
     python scripts/build_base_model.py --preset tiny-m --seed 1 --cache /path/to/cache
     python scripts/build_base_model.py --steps 1200 --ship   # the study base -> data/base_models
+    python scripts/build_base_model.py --steps 1200 --noise 0.5   # half the solutions slip
 
 The model is cached under $FP8RL_CACHE/base_models (default ~/.cache/fp8rl/base_models)
 keyed by everything that determines it; a second call loads it instantly.
@@ -32,6 +33,12 @@ def main() -> None:
     ap.add_argument("--preset", default=SFTConfig.preset)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, default=SFTConfig.steps)
+    ap.add_argument(
+        "--noise",
+        type=float,
+        default=SFTConfig.noise,
+        help="share of SFT solutions with a slip in the last step (model.sft.noise)",
+    )
     ap.add_argument("--cache", default=None, help=f"cache dir (default {default_cache_dir()})")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(
@@ -42,7 +49,7 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(args.threads)
-    cfg = SFTConfig(preset=args.preset, seed=args.seed, steps=args.steps)
+    cfg = SFTConfig(preset=args.preset, seed=args.seed, steps=args.steps, noise=args.noise)
     print(f"base model {base_model_key(cfg)}")
     enable_progress_bars()  # SFT steps and the held-out evaluation, on stderr
     base = build_base_model(cfg, args.cache)

@@ -20,12 +20,13 @@ spelled; the backends call it.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from fp8rl.config.fields import ConfigError, check_fields, choice, like, num, num_list
+from fp8rl.config.fields import ConfigError, check_fields, choice, is_late, like, num, num_list
 from fp8rl.numerics.registry import RecipeNames, recipe_decl
 from fp8rl.numerics.settings import BF16_COMPUTE, ActScale, RolloutQuantConfig, WeightScale
 from fp8rl.rl.settings import (
@@ -212,6 +213,8 @@ class SFTSettings:
     pool_size: int = num(20_000, ge=1, le=10_000_000)
     difficulties: list[int] = num_list([1, 2, 3], ge=1, le=MAX_DIFFICULTY)  # noqa: RUF009 (a field())
     eval_limit: int | None = num(None, ge=1, le=1_000_000, null="every held-out item")
+    # share of SFT solutions with a slip in the last step; below 1 (all slips teaches only slips)
+    noise: float = num(0.0, ge=0.0, lt=1.0, late=True)
 
     def __post_init__(self) -> None:
         check_fields(self, "model.sft")
@@ -273,13 +276,21 @@ class BackendConfig:
 @dataclass
 class RolloutConfig:
     """The rollout batch of one RL step. difficulties: the task difficulties of the RL
-    training prompts (drawn uniformly; the tiny backend's levels 1-3)."""
+    training prompts (drawn uniformly; the tiny backend's levels 1-3). families: the task
+    families they are drawn from (null: every family of the backend). pool_size: draw each
+    step's prompts from a fixed pool of this many training problems (a finite training set,
+    revisited; the overfitting check) instead of fresh problems every step (null)."""
 
     prompts_per_step: int = num(16, ge=1, le=MAX_BATCH, sizes_compute=True)
     n_samples: int = num(8, ge=1, le=1024, sizes_compute=True)  # GRPO's group: 8-16
     max_new_tokens: int = num(64, ge=1, le=MAX_NEW_TOKENS, sizes_compute=True)
     temperature: float = num(1.0, gt=0.0, le=MAX_TEMPERATURE)
     difficulties: list[int] = num_list([1, 2, 3], ge=1, le=MAX_DIFFICULTY)  # noqa: RUF009 (a field())
+    families: list[str] | None = field(default=None, metadata={"late": True})
+    # a pool larger than any run could visit is no pool: MAX_BATCH x MAX_STEPS problems
+    pool_size: int | None = num(
+        None, ge=1, le=MAX_BATCH * MAX_STEPS, null="fresh problems every step", late=True
+    )
 
     def __post_init__(self) -> None:
         check_fields(self, "rollout")
@@ -453,8 +464,11 @@ class RunConfig:
         return max(1, self.rollout.max_new_tokens // 4) if n is None else (n or None)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain nested values (what the run store keys a resolved config by)."""
-        return dataclasses.asdict(self)
+        """Plain nested values (what the run store keys a resolved config by). A setting
+        declared ``late`` (added after runs were recorded) is left out while it has its
+        default, so every earlier config keeps its dict, its ``config_sha256`` and, within
+        a results version, its run id; :meth:`from_dict` gives it its default back."""
+        return _plain_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
@@ -517,6 +531,23 @@ def _check_combinations(cfg: RunConfig) -> None:
         ) from None
 
 
+def _plain_dict(obj: Any, *, full: bool = False) -> dict[str, Any]:
+    """``dataclasses.asdict`` of a config group, without its ``late`` settings at their
+    defaults unless ``full``."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            out[f.name] = _plain_dict(value, full=full)
+            continue
+        if not full and is_late(f):
+            default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+            if value == default:
+                continue
+        out[f.name] = copy.deepcopy(value)
+    return out
+
+
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     names = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(names))
@@ -541,7 +572,7 @@ def _group_type(cls: type, name: str) -> type | None:
 def override(cfg: RunConfig, changes: dict[str, Any]) -> RunConfig:
     """A copy of ``cfg`` with dotted keys changed (``{"granularity.training": "rowwise",
     "steps": 3}``), checked as a new config."""
-    data = cfg.to_dict()
+    data = _plain_dict(cfg, full=True)  # every key, late ones at their defaults included
     for key, value in changes.items():
         node = data
         *path, leaf = key.split(".")
@@ -609,6 +640,11 @@ def resolve(
         reset("probe_rounds", "task=train (only the noise probe uses it)")
     if cfg.eval.families is None:
         changes["eval.families"] = list(families)
+    chosen = cfg.rollout.families
+    if chosen is not None and set(chosen) <= set(families):  # one spelling per selection
+        changes["rollout.families"] = (
+            None if set(chosen) == set(families) else [f for f in families if f in chosen]
+        )
     if cfg.eval.difficulties is None:
         changes["eval.difficulties"] = sorted(set(cfg.rollout.difficulties))
     return override(cfg, changes), unused

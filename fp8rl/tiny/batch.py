@@ -20,7 +20,8 @@ from fp8rl.rl import overlong_penalty
 from fp8rl.sampling.sampler import Sampler, response_inputs, response_log_probs
 from fp8rl.tiny.packing import PackedRows, pack_rows, packed_log_probs
 from fp8rl.world.evaluate import repeat_4gram_frac
-from fp8rl.world.tasks import Problem, training_mix
+from fp8rl.world.prompts import step_problems
+from fp8rl.world.tasks import Problem
 from fp8rl.world.tokenizer import EOS_ID, PAD_ID
 
 __all__ = ["Response", "Rows", "StepBatch", "pad", "repeat_4gram_frac", "sample_responses"]
@@ -140,7 +141,7 @@ def sample_responses(
     """One round of rollouts: ``rollout.prompts_per_step`` training problems drawn with
     ``seed``, ``rollout.n_samples`` responses each, grouped by prompt."""
     r = cfg.rollout
-    problems = training_mix(r.prompts_per_step, seed, difficulties=r.difficulties)
+    problems = step_problems(cfg, seed)
     prompts = [tokenizer.encode(p.prompt) for p in problems for _ in range(r.n_samples)]
     batch = sampler.generate(
         prompts, max_new_tokens=r.max_new_tokens, temperature=r.temperature, seed=seed

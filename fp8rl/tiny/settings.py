@@ -50,10 +50,12 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError(
             f"model.preset={cfg.model.preset!r}: the tiny backend knows {sorted(PRESETS)}"
         )
-    if cfg.eval.families is not None:
-        unknown = sorted(set(cfg.eval.families) - set(FAMILIES))
-        if unknown:
-            raise ConfigError(f"eval.families: unknown {unknown}; known: {list(FAMILIES)}")
+    for key, chosen in (("eval.families", cfg.eval.families),
+                        ("rollout.families", cfg.rollout.families)):  # fmt: skip
+        if chosen is not None:
+            unknown = sorted(set(chosen) - set(FAMILIES))
+            if unknown or not chosen:
+                raise ConfigError(f"{key}: unknown {unknown}; known: {list(FAMILIES)}")
     budget = get_preset(cfg.model.preset).max_position_embeddings - PROMPT_BUDGET
     for key, value in (
         ("rollout.max_new_tokens", cfg.rollout.max_new_tokens),

@@ -245,6 +245,7 @@ def set_up(cfg: RunConfig, run: Run, cache_dir: str | Path | None) -> Trainer:
 class Rollout:
     batch: StepBatch
     rounds: int  # sampling rounds (DAPO's dynamic sampling draws more until groups fill)
+    sampled_score: float  # mean score of every response sampled, before DAPO's group filter
 
 
 def rollout(tr: Trainer, step: int) -> Rollout:
@@ -256,11 +257,13 @@ def rollout(tr: Trainer, step: int) -> Rollout:
     dynamic = cfg.algorithm.dynamic_sampling
     rows: list[Response] = []
     unfiltered: list[Response] = []
+    sampled: list[float] = []
     rounds = 0
     for round_ in range(cfg.algorithm.max_sample_rounds if dynamic else 1):
         rounds += 1
         seed = derived_seed(cfg.seed, step, round_)
         unfiltered = sample_responses(cfg, tr.sampler, tr.tokenizer, seed, f"{round_}-")
+        sampled += [r.score for r in unfiltered]
         kept = unfiltered
         if dynamic:
             keep = dapo_keep_mask([r.score for r in kept], [r.group for r in kept])
@@ -272,7 +275,9 @@ def rollout(tr: Trainer, step: int) -> Rollout:
         log.warning("step %d: DAPO filter kept no group in %d rounds", step, rounds)
         rows = unfiltered
     return Rollout(
-        pad_responses(rows[: cfg.rollout.prompts_per_step * cfg.rollout.n_samples]), rounds
+        pad_responses(rows[: cfg.rollout.prompts_per_step * cfg.rollout.n_samples]),
+        rounds,
+        sum(sampled) / len(sampled),
     )
 
 
@@ -551,6 +556,9 @@ def step_metrics(tr: Trainer, rec: StepRecord) -> dict[str, float]:
         "critic/score/max": float(scores.max()),
         "critic/score/min": float(scores.min()),
         "critic/rewards/mean": float(scores.mean()),
+        # every response sampled, before DAPO's group filter (which keeps the logged score near
+        # 0.5 whatever the policy does); the same as critic/score/mean without the filter
+        "fp8rl/score_unfiltered/mean": rec.rollout.sampled_score,
         "critic/advantages/mean": float(adv_tokens.mean()),
         "critic/advantages/max": float(adv_tokens.max()),
         "critic/advantages/min": float(adv_tokens.min()),

@@ -64,6 +64,8 @@ UNUSED: dict[str, str] = {
     ),
     "granularity.bf16_compute": "a CPU knob (emulated or native BF16 GEMMs); GPUs compute BF16",
     "rollout.difficulties": "the tiny tasks' difficulty levels; DeepScaleR has none",
+    "rollout.families": "the tiny task families; DeepScaleR has none",
+    "rollout.pool_size": "a pool of tiny training problems; DeepScaleR is its own finite set",
     "eval.difficulties": "the tiny tasks' difficulty levels; the benchmarks have none",
     "eval.batch_size": "vLLM schedules the validation batch itself",
     "train.probe_size": "the tiny trainer's health probe; verl has none",
@@ -75,6 +77,8 @@ UNUSED: dict[str, str] = {
 TINY_READS = (
     *(key for key in UNUSED if key.startswith("model.sft.")),
     "rollout.difficulties",
+    "rollout.families",
+    "rollout.pool_size",
     "eval.difficulties",
 )
 
@@ -109,6 +113,13 @@ def validate(cfg: RunConfig) -> None:
         if unknown or not cfg.eval.families:
             what = "the tiny task families" if tiny else "the benchmarks"
             raise ConfigError(f"eval.families: unknown {unknown}; {what}: {list(known)}")
+    if tiny and cfg.rollout.families is not None:
+        unknown = sorted(set(cfg.rollout.families) - set(TINY_FAMILIES))
+        if unknown or not cfg.rollout.families:
+            raise ConfigError(
+                f"rollout.families: unknown {unknown}; the tiny task families: "
+                f"{list(TINY_FAMILIES)}"
+            )
     if cfg.eval.precision != "rollout":
         raise ConfigError(
             "eval.precision=training: verl validates with its rollout engine (vLLM); "

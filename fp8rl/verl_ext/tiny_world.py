@@ -15,7 +15,8 @@ verl for ``model=tiny-*``, in a subprocess (``scripts/verl_prepare_tiny.py``).
   chunk of ``eval.batch_size`` jobs), its seed and the row's place in it, so fp8rl's CPU
   rollout draws the tiny backend's samples;
 - ``<out>/data/train.parquet``: ``steps`` rounds of ``rollout.prompts_per_step`` problems of
-  the training mix (``rollout.difficulties``), each round drawn with the tiny backend's
+  the training mix (``fp8rl.world.prompts.step_problems``: ``rollout.difficulties``,
+  ``rollout.families``, ``rollout.pool_size``), each round drawn with the tiny backend's
   per-step seed (``fp8rl.world.tasks.derived_seed(seed, step, 0)``);
   ``<out>/data/val_<family>.parquet``: each ``eval.families`` held-out set (null: every tiny
   family) (the tiny backend's stratified sample of ``eval.limit`` items over the evaluated
@@ -46,8 +47,9 @@ from fp8rl.verl_ext.presets import (
 )
 from fp8rl.verl_ext.translate import eval_families
 from fp8rl.world.eval_config import eval_config, held_out_items
+from fp8rl.world.prompts import step_problems
 from fp8rl.world.sft import build_base_model, sft_config
-from fp8rl.world.tasks import Problem, derived_seed, training_mix
+from fp8rl.world.tasks import Problem, derived_seed
 
 __all__ = ["CHAT_TEMPLATE", "Place", "held_out_places", "prepare"]
 
@@ -126,7 +128,7 @@ def prepare(cfg: RunConfig, out: Path, cache_dir: Path | None = None) -> dict[st
     rows = []
     for step in range(1, cfg.steps + 1):
         seed = derived_seed(cfg.seed, step, 0)
-        drawn = training_mix(r.prompts_per_step, seed, difficulties=r.difficulties)
+        drawn = step_problems(cfg, seed)
         for slot, p in enumerate(drawn):
             place = Place(f"train-{step}", seed, slot, len(drawn))
             rows.append(_row(p, "train", len(rows), r.max_new_tokens, place))

@@ -51,6 +51,8 @@ class SFTConfig:
     pool_size: int = 20_000  # problems in the SFT pool (drawn from the training mix)
     difficulties: tuple[int, ...] = (1, 2, 3)
     eval_limit: int | None = None  # held-out items per family for the reported accuracy
+    # share of the pool whose solution has a slip in its last step (tasks.with_wrong_last_step)
+    noise: float = 0.0
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -60,6 +62,8 @@ class SFTConfig:
                 raise ValueError(f"SFTConfig.{name} must be positive, got {getattr(self, name)}")
         if not 0 < self.lr < 1:
             raise ValueError(f"SFTConfig.lr must be in (0, 1), got {self.lr}")
+        if not 0 <= self.noise < 1:
+            raise ValueError(f"SFTConfig.noise must be in [0, 1), got {self.noise}")
 
 
 @cache
@@ -93,8 +97,11 @@ def sft_config(cfg: RunConfig) -> SFTConfig:
 
 def base_model_key(cfg: SFTConfig) -> str:
     """A stable hash of everything that determines the SFT weights."""
+    sft = asdict(cfg) | {"eval_limit": None}  # evaluation does not change weights
+    if not cfg.noise:  # a setting added later: at its default every earlier key stands
+        del sft["noise"]
     material = {
-        "sft": asdict(cfg) | {"eval_limit": None},  # evaluation does not change weights
+        "sft": sft,
         "preset": asdict(PRESETS[cfg.preset]),
         "vocab": vocabulary(),
         "tasks_version": getattr(tasks, "TASKS_VERSION", 1),

@@ -46,7 +46,7 @@ from fp8rl.world.evaluate import EvalConfig, evaluate
 from fp8rl.world.export import write_hf_checkpoint
 from fp8rl.world.model import build_model
 from fp8rl.world.progress import progress_bar, transformers_bars_off
-from fp8rl.world.tasks import Problem, training_mix
+from fp8rl.world.tasks import Problem, derived_seed, training_mix, with_wrong_last_step
 from fp8rl.world.tokenizer import EOS_ID, PAD_ID, VOCAB_SIZE_PADDED, build_tokenizer
 
 __all__ = [
@@ -115,10 +115,13 @@ def sft_train(
 ) -> list[float]:
     """Supervised fine-tuning of ``model`` in place; returns the loss per step."""
     torch.manual_seed(cfg.seed)
-    pool = [
-        encode_problem(tokenizer, p)
-        for p in training_mix(cfg.pool_size, cfg.seed, difficulties=cfg.difficulties)
-    ]
+    problems = training_mix(cfg.pool_size, cfg.seed, difficulties=cfg.difficulties)
+    if cfg.noise:  # a share of solutions with a slip in the last step (a base unsure of itself)
+        slips = random.Random(derived_seed(cfg.seed, "sft-slips"))
+        problems = [
+            with_wrong_last_step(p, slips) if slips.random() < cfg.noise else p for p in problems
+        ]
+    pool = [encode_problem(tokenizer, p) for p in problems]
     rng = random.Random(cfg.seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]

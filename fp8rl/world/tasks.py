@@ -33,8 +33,9 @@ import hashlib
 import json
 import logging
 import random
+import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from math import gcd
 from pathlib import Path
@@ -477,6 +478,27 @@ def training_mix(
         problem_id = f"mix-s{seed}-{index:06d}"
         problems.append(_draw(family, difficulty, rng, held_out=False, problem_id=problem_id))
     return problems
+
+
+_LAST_RESULT = re.compile(r"=(-?\d+)$")
+
+
+def with_wrong_last_step(problem: Problem, rng: random.Random) -> Problem:
+    """``problem`` with a slip in its last step: the final answer ``v`` becomes ``v + d``, ``d``
+    drawn uniformly from -9..-1, 1..9, written both where the last step states its result
+    (a trailing ``=v``; ``max_min``'s comparisons state none) and in the box. The steps
+    before it stay right, so a model taught a share of these still computes the right answer
+    and writes a wrong one some of the time: a base that knows more than it says (issue 46).
+    The problem's ``answer`` stays the right one; its id gains ``-slip``."""
+    value = int(problem.answer)
+    wrong = value + rng.choice([d for d in range(-9, 10) if d])
+    *steps, _boxed = problem.solution.split("\n")
+    if steps:
+        match = _LAST_RESULT.search(steps[-1])
+        if match and int(match.group(1)) == value:
+            steps[-1] = steps[-1][: match.start(1)] + str(wrong)
+    solution = "\n".join([*steps, f"\\boxed{{{wrong}}}"])
+    return replace(problem, solution=solution, id=f"{problem.id}-slip")
 
 
 def derived_seed(*parts: object) -> int:

@@ -320,8 +320,9 @@ def test_the_calibrator_sees_the_ratios_the_loss_clips(tmp_path, cache, monkeypa
     )
 
     def rollout(tr, step):
-        seen["batch"] = real_rollout(tr, step).batch
-        return trainer.Rollout(seen["batch"], 1)
+        ro = real_rollout(tr, step)
+        seen["batch"] = ro.batch
+        return trainer.Rollout(seen["batch"], 1, ro.sampled_score)
 
     def get_policy_loss(name):
         real = real_get(name)

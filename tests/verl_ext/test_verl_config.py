@@ -31,7 +31,14 @@ from grid_points import covering_points
 
 #: Presets of a tiny-scale study alone (no scale/verl_<study>.yaml): the frontier pilot
 #: searches for a regime of the tiny scale model, and its MX recipes are emulated only.
-TINY_ONLY = tuple(sorted(p.stem for p in (CONF_DIR / "experiment").glob("frontier_pilot_*.yaml")))
+#: The tiny-only searches (the frontier pilot, the learning-world search): no verl scale file.
+TINY_ONLY = tuple(
+    sorted(
+        p.stem
+        for pattern in ("frontier_pilot_*.yaml", "learning_world_*.yaml")
+        for p in (CONF_DIR / "experiment").glob(pattern)
+    )
+)
 PRESETS = sorted(
     p.stem for p in (CONF_DIR / "experiment").glob("*.yaml") if p.stem not in TINY_ONLY
 )
@@ -81,7 +88,8 @@ def test_every_preset_composes_and_translates_with_backend_verl(preset: str, com
 
 @pytest.mark.parametrize("preset", TINY_ONLY)
 def test_a_tiny_only_preset_is_refused_on_verl_naming_the_scale(preset: str, composer) -> None:
-    with pytest.raises(ConfigError, match="scale=verl_frontier_pilot is not an option"):
+    study = "learning_world" if preset.startswith("learning_world") else "frontier_pilot"
+    with pytest.raises(ConfigError, match=f"scale=verl_{study} is not an option"):
         launches(preset, cover=True, composer=composer)
 
 

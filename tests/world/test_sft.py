@@ -39,8 +39,39 @@ def test_cache_key_covers_every_weight_setting_but_not_evaluation() -> None:
     base = base_model_key(QUICK)
     assert base == base_model_key(SFTConfig(**dataclasses.asdict(QUICK)))
     assert base_model_key(dataclasses.replace(QUICK, eval_limit=None)) == base
-    for change in ({"seed": 1}, {"steps": 31}, {"lr": 1e-3}, {"preset": "tiny-s"}):
+    for change in ({"seed": 1}, {"steps": 31}, {"lr": 1e-3}, {"preset": "tiny-s"}, {"noise": 0.5}):
         assert base_model_key(dataclasses.replace(QUICK, **change)) != base
+
+
+def test_slips_are_a_late_setting_that_leaves_every_earlier_key() -> None:
+    """``noise`` (issue 46) at its default 0 leaves the key of every base built before it:
+    the shipped study base and the 600-step default base keep their names."""
+    assert base_model_key(SFTConfig(steps=1200)) == "tiny-s-s0-a74f16acbea2"  # shipped
+    assert base_model_key(SFTConfig(steps=600)) == "tiny-s-s0-fa5a7fc44cb1"
+    with pytest.raises(ValueError, match="noise must be in"):
+        SFTConfig(noise=1.0)
+
+
+def test_sft_with_slips_teaches_that_share_of_wrong_last_steps(monkeypatch) -> None:
+    """The pool sft_train draws from: about ``noise`` of the solutions end in a slip (their
+    boxed value is not the answer), the rest are the generators' own."""
+    import fp8rl.world.sft as sft
+
+    class Drawn(Exception):
+        pass
+
+    def stop(pairs):
+        raise Drawn
+
+    seen: list = []
+    monkeypatch.setattr(sft, "encode_problem", lambda tok, p: seen.append(p) or ([1], [2]))
+    monkeypatch.setattr(sft, "collate", stop)
+    cfg = dataclasses.replace(QUICK, noise=0.3, pool_size=2000)
+    with pytest.raises(Drawn):
+        sft.sft_train(torch.nn.Linear(1, 1), build_tokenizer(), cfg)
+    wrong = [p for p in seen if not p.solution.endswith(f"\\boxed{{{p.answer}}}")]
+    assert 0.27 < len(wrong) / len(seen) < 0.33
+    assert all(p.id.endswith("-slip") for p in wrong)
 
 
 def test_invalid_configs_fail_before_training() -> None:
