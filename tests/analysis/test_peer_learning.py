@@ -1,0 +1,58 @@
+"""The peer-learning report (fp8rl.analysis.peer_learning) from records shaped as
+scripts/peer_learning.py writes them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fp8rl.analysis.peer_learning import ALL, load_records, summary_table, write_report
+
+
+def record(trainer: str, seed: int, curve: list[float], rewards: list[float]) -> dict:
+    return {
+        "trainer": trainer,
+        "setting": "default",
+        "changes": {},
+        "seed": seed,
+        "steps": 25 * (len(curve) - 1),
+        "eval_every": 25,
+        "threads": 1,
+        "cpu": "test CPU",
+        "versions": {"torch": "x"},
+        "eval": [
+            {"step": 25 * i, ALL: v, "val-core/add_sub/acc/mean@4": v / 2}
+            for i, v in enumerate(curve)
+        ],
+        "reward": rewards,
+    }
+
+
+def test_summary_reads_start_peak_end_and_rewards(tmp_path: Path) -> None:
+    recs = {
+        "ours-default-seed0.json": record("ours", 0, [0.40, 0.45, 0.43], [0.1] * 10 + [0.3] * 40),
+        "trl-default-seed0.json": record("trl", 0, [0.40, 0.38, 0.36], [0.2] * 50),
+    }
+    for name, rec in recs.items():
+        (tmp_path / name).write_text(json.dumps(rec))
+    held, rewards, _ = load_records(tmp_path)
+    table = summary_table(held, rewards).set_index("trainer")
+    assert table.loc["ours", "peak"] == pytest.approx(45.0)
+    assert table.loc["ours", "peak_step"] == 25
+    assert table.loc["ours", "change"] == pytest.approx(3.0)
+    assert table.loc["trl", "change"] == pytest.approx(-4.0)
+    assert table.loc["ours", "reward_first"] == pytest.approx(0.1)
+    assert table.loc["ours", "reward_last"] == pytest.approx(0.3)
+    assert "add_sub" in held.columns
+
+    text = write_report(tmp_path, tmp_path / "report")
+    assert "| default | ours | 0 | 50 | 40.0 | 45.0 | 25 | 43.0 | 3.0 | 10.0 | 30.0 |" in text
+    assert (tmp_path / "report" / "learning_curves.png").is_file()
+    assert "CPUs: test CPU" in text
+
+
+def test_no_record_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no peer-learning record"):
+        load_records(tmp_path)
