@@ -281,8 +281,9 @@ def write_report(
     lines = [header, "## Readings", "", _markdown(shown), "", "## Verdict per candidate", ""]
     for cand, d in table.groupby("candidate", sort=True):
         for length, r in d.groupby("length", sort=True):
-            n, met = len(r), int(r["meets"].sum())
-            lines.append(f"- {cand}, read at {length} steps: {met} of {n} seed(s) meet it")
+            n, met, short = len(r), int(r["meets"].sum()), int((~r["complete"]).sum())
+            unread = f" ({short} not yet evaluated that far)" if short else ""
+            lines.append(f"- {cand}, read at {length} steps: {met} of {n} seed(s) meet it{unread}")
     lines += ["", f"![curves]({figure.name}.png)", "", figure.caption, ""]
     text = "\n".join(lines)
     (out / "README.md").write_text(text)
