@@ -203,6 +203,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from fp8rl.analysis.peer_learning import write_report
 
+    os.chdir(REPO)  # the report names its records relative to the repository
     report = write_report(Path(args.results), Path(args.out))
     print(report)
     return 0
@@ -222,8 +223,8 @@ def main() -> int:
     run.add_argument("--runs", default=str(REPO / "runs"))
     run.add_argument("--force", action="store_true")
     rep = sub.add_parser("report", help="the report from the records")
-    rep.add_argument("--results", default=str(REPO / "results" / "peer_learning"))
-    rep.add_argument("--out", default=str(REPO / "docs" / "reports" / "peer_learning"))
+    rep.add_argument("--results", default="results/peer_learning")
+    rep.add_argument("--out", default="docs/reports/peer_learning")
     sub.add_parser("settings", help="list the named settings")
     args = ap.parse_args()
     if args.command == "run":

@@ -176,7 +176,7 @@ def write_report(results: Path | str, out: Path | str) -> str:
             "",
             "Settings (changes from `RunConfig()`):",
             "",
-            *[f"- `{k}`: {v or 'none (today`s default)'}" for k, v in sorted(settings.items())],
+            *[f"- `{k}`: {v or 'none (today's default)'}" for k, v in sorted(settings.items())],
             "",
             "## Per run (points)",
             "",
