@@ -161,6 +161,7 @@ def write_report(results: Path | str, out: Path | str) -> str:
     cpus = sorted({r["cpu"] for r in records})
     versions = sorted({json.dumps(r["versions"], sort_keys=True) for r in records})
     settings = {r["setting"]: r["changes"] for r in records}
+    default = "none (today's default)"
     text = "\n".join(
         [
             "# Peer learning comparison: our GRPO vs TRL's GRPOTrainer (issue 46)",
@@ -176,7 +177,7 @@ def write_report(results: Path | str, out: Path | str) -> str:
             "",
             "Settings (changes from `RunConfig()`):",
             "",
-            *[f"- `{k}`: {v or 'none (today's default)'}" for k, v in sorted(settings.items())],
+            *[f"- `{k}`: {v or default}" for k, v in sorted(settings.items())],
             "",
             "## Per run (points)",
             "",
