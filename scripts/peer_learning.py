@@ -159,6 +159,16 @@ def record_path(out: Path, trainer: str, setting: str, seed: int) -> Path:
     return out / f"{trainer}-{setting}-seed{seed}.json"
 
 
+def native_bf16() -> bool:
+    """Whether this CPU multiplies BF16 natively (avx512_bf16 or amx_bf16 in /proc/cpuinfo);
+    True where that cannot be read."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True
+    return any(flag in text.split() for flag in ("avx512_bf16", "amx_bf16"))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import torch
     import transformers
@@ -174,6 +184,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         import trl
 
+        if not native_bf16():
+            print(
+                "peer_learning: this CPU has no native BF16 matmul (no avx512_bf16 / amx_bf16): "
+                "TRL's BF16 autocast runs 12-43x slower per matmul here than FP32 (python "
+                "benchmarks/bench_bf16_matmul.py), so a TRL run takes hours; prefer a CPU "
+                "with AMX or AVX-512 BF16 for the peer",
+                file=sys.stderr,
+                flush=True,
+            )
         result = run_trl(cfg, args.threads)
         versions = {"trl": trl.__version__}
     record = {
