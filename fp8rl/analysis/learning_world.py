@@ -35,6 +35,7 @@ import pandas as pd
 
 from fp8rl.analysis.figures import RC, Figure, save_figure
 from fp8rl.analysis.load import as_store, config_column, eval_frame, metrics_frame, runs_frame
+from fp8rl.analysis.tables import markdown_table
 from fp8rl.runs import RunStore
 
 __all__ = [
@@ -291,9 +292,5 @@ def write_report(
 
 
 def _markdown(table: pd.DataFrame) -> str:
-    cols = list(table.columns)
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in table.itertuples(index=False):
-        cells = [f"{v:.2f}" if isinstance(v, float) else str(v) for v in row]
-        out.append("| " + " | ".join(cells) + " |")
-    return "\n".join(out)
+    """:func:`~fp8rl.analysis.tables.markdown_table` with floats to 2 decimal(s)."""
+    return markdown_table(table.map(lambda v: f"{v:.2f}" if isinstance(v, float) else str(v)))

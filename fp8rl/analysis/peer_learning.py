@@ -23,6 +23,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from fp8rl.analysis.figures import RC, Figure, save_figure
+from fp8rl.analysis.tables import markdown_table
 
 __all__ = ["ALL", "learning_figure", "load_records", "summary_table", "write_report"]
 
@@ -132,12 +133,8 @@ def learning_figure(held: pd.DataFrame, rewards: pd.DataFrame) -> Figure:
 
 
 def _markdown(table: pd.DataFrame) -> str:
-    cols = list(table.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in table.itertuples(index=False):
-        cells = [f"{v:.1f}" if isinstance(v, float) else str(v) for v in row]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    """:func:`~fp8rl.analysis.tables.markdown_table` with floats to 1 decimal(s)."""
+    return markdown_table(table.map(lambda v: f"{v:.1f}" if isinstance(v, float) else str(v)))
 
 
 def write_report(results: Path | str, out: Path | str) -> str:
