@@ -25,8 +25,13 @@ sys.path.insert(0, str(REPO))
 
 from analysis.study_protocol import protocol_commit  # noqa: E402
 from fp8rl.analysis.export import export_experiment  # noqa: E402
-from fp8rl.analysis.frontier import FRONTIER_PROTOCOL, pilot_thresholds  # noqa: E402
+from fp8rl.analysis.frontier import (  # noqa: E402
+    FRONTIER_PROTOCOL,
+    PILOT_RESULTS_VERSION,
+    pilot_thresholds,
+)
 from fp8rl.analysis.frontier_report import PILOT_EXPERIMENT, write_pilot_report  # noqa: E402
+from fp8rl.runs import RunStore  # noqa: E402
 
 #: How the pilot's runs are made and exported, and this report regenerated.
 COMMANDS = (
@@ -43,17 +48,25 @@ def main() -> int:
     ap.add_argument("--source", default="results", help="a results/ folder or a run store")
     ap.add_argument("--out", default=f"docs/reports/{PILOT_EXPERIMENT}")
     ap.add_argument("--export-from", default=None, help="export from this run store first")
+    ap.add_argument(
+        "--results-version",
+        type=int,
+        default=PILOT_RESULTS_VERSION,
+        help=f"read the runs as of this results version (default {PILOT_RESULTS_VERSION}: the "
+        "pilot's, under which all its runs and references ran)",
+    )
     args = ap.parse_args()
     os.chdir(REPO)  # the report names its store relative to the repository
     if args.export_from:
         print(export_experiment(args.export_from, PILOT_EXPERIMENT, args.source).text())
+    source = RunStore(args.source, results_version=args.results_version)
     try:
-        thresholds = pilot_thresholds(args.source)
+        thresholds = pilot_thresholds(source)
     except (FileNotFoundError, ValueError) as exc:
         print(f"frontier-pilot-report: no thresholds: {exc}", file=sys.stderr)
         return 1
     report = write_pilot_report(
-        args.source,
+        source,
         args.out,
         thresholds,
         protocol=protocol_commit(FRONTIER_PROTOCOL),

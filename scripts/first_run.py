@@ -31,6 +31,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from fp8rl.analysis.reproduce import SIZES
 from fp8rl.runs.provenance import cpu_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -200,7 +201,7 @@ def _table_lines(f: dict, steps: dict[str, dict]) -> list[str]:
     if not f.get("table"):
         return []
     first = steps.get("first", {})
-    committed = REPO / "docs" / "reports" / "table2_small" / "table2.md"
+    committed = REPO / "docs" / "reports" / SIZES["default"] / "table2.md"
     same = committed.exists() and committed.read_text().strip() == f["table"].strip()
     lines = [
         f"The first `make reproduce-table2` ({_format_s(first.get('s', 0))} in all; its base "

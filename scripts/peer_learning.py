@@ -49,10 +49,14 @@ from fp8rl.runs.provenance import cpu_model  # noqa: E402
 EVAL = {"eval.k": 4, "eval.greedy": False, "eval.limit": None, "eval.temperature": 1.0}
 #: Named settings: run-config changes from ``RunConfig()`` (the evaluation above is added).
 SETTINGS: dict[str, dict[str, Any]] = {
-    # today's `python sweep.py` (tiny-s after 600 SFT steps, lr 1e-5)
+    # the schema's defaults, `python sweep.py`'s before issue 46 (tiny-s after 600 SFT steps,
+    # lr 1e-5)
     "default": {},
     # the Table-2 study's base (1200 SFT steps) at the lr the frontier pilot found unstable
     "base1200_lr1e-4": {"model.sft.steps": 1200, "train.lr": 1e-4},
+    # the learning world (docs/study/learning_world_protocol.md): the shipped slip base at
+    # lr 3e-5, the setting issue 46 ended with
+    "world": {"model.sft.steps": 1200, "model.sft.noise": 0.5, "train.lr": 3e-5},
 }
 #: The key of the overall held-out accuracy.
 ALL = "val-core/all/acc/mean@4"

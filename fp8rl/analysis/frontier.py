@@ -79,6 +79,7 @@ __all__ = [
     "PILOT_CAP_HOURS",
     "PILOT_DESIGN",
     "PILOT_RESPONSES",
+    "PILOT_RESULTS_VERSION",
     "PILOT_WORKERS",
     "REFERENCE_EXPERIMENTS",
     "SENSITIVITY_COLUMNS",
@@ -334,6 +335,9 @@ def run_failure(
 
 #: The protocol's file (the pilot report checks that it precedes the pilot's runs).
 FRONTIER_PROTOCOL = "docs/study/frontier_protocol.md"
+#: The results version every run of the pilot and of its BF16 references ran under; its
+#: report reads them as of this version (fp8rl.runs.ids.RESULTS_VERSION has moved on since).
+PILOT_RESULTS_VERSION = 6
 #: The committed experiments holding the reference BF16 runs (never the pilot's).
 REFERENCE_EXPERIMENTS = ("table2", "bf16_search")
 #: Held-out responses of one pilot evaluation: 1,200 items x 4 samples.

@@ -44,7 +44,7 @@ from typing import Any
 import pandas as pd
 
 from fp8rl.analysis.arms import arm_of
-from fp8rl.config import RunConfig, stratified_counts
+from fp8rl.config import EVAL_ITEMS_PER_DIFFICULTY, RunConfig, stratified_counts
 from fp8rl.runs import (
     LM_EVAL_FILE,
     CorruptLogError,
@@ -63,6 +63,7 @@ __all__ = [
     "as_store",
     "config_column",
     "eval_frame",
+    "items_count",
     "items_label",
     "metrics_frame",
     "pilot_seed",
@@ -170,6 +171,24 @@ def items_label(config: Mapping[str, Any]) -> str:
         f"{fams} x {word} {_span(list(counts))}, {split} per difficulty ({limit} per family, "
         f"{limit * len(families)} items, stratified), {how}"
     )
+
+
+def items_count(config: Mapping[str, Any]) -> int | None:
+    """How many held-out items an evaluation of this run config answered (all families
+    together): ``eval.limit`` per family, or every item of ``eval.difficulties`` when the
+    limit is None; None when the config does not say (no families, or no limit and no
+    difficulties: a backend's own benchmarks)."""
+    ev = config.get("eval") or {}
+    limit, levels, families = ev.get("limit"), ev.get("difficulties"), ev.get("families")
+    if not isinstance(families, list | tuple) or not families:
+        return None
+    if isinstance(limit, float) and limit.is_integer():  # a frame column with gaps
+        limit = int(limit)
+    if isinstance(limit, numbers.Integral) and not isinstance(limit, bool):
+        return int(limit) * len(families)
+    if limit is None and isinstance(levels, list | tuple) and levels:
+        return EVAL_ITEMS_PER_DIFFICULTY * len(set(levels)) * len(families)
+    return None
 
 
 def _span(levels: list[int]) -> str:

@@ -233,7 +233,15 @@ def _front_matter(
         f"**Held-out items.** {table.items or 'none'}; the score is each run's last evaluation "
         f"of `val-core/<family>/acc/mean@{table.k}` (points), mean over seeds; `Average` carries "
         "the 95% t-interval over seeds and `Δ vs BF16` the difference paired by seed with its "
-        "interval (none with one seed).",
+        "interval (none with one seed)."
+        + (
+            " `RL gain` of an arm with one seed carries its 95% interval over the held-out "
+            "items (`over items`): item sampling only, not the seed-to-seed spread; "
+            "conservative, as it treats the two evaluations of the same items as independent "
+            "(`fp8rl.analysis.stats.item_change`)."
+            if table.item_gains
+            else ""
+        ),
         "",
     ]
     return lines
@@ -298,11 +306,13 @@ def write_report(
     scale_note: str = "",
     paper: str = "table2",
     study: StudySpec | None = None,
+    item_intervals: bool = False,
 ) -> Report:
     """Write the report folder of ``experiment`` (module docstring) and return it; ``paper``
     names the paper table it sits beside and whose claims it decides (``table2`` or
     ``dapo``: ``fp8rl.analysis.tables.PAPERS``); ``study`` adds the pre-registered
-    study's part (:mod:`fp8rl.analysis.study_report`)."""
+    study's part (:mod:`fp8rl.analysis.study_report`); ``item_intervals``: a one-seed arm's
+    RL gain with its interval over the held-out items (:func:`fp8rl.analysis.tables.table2`)."""
     store = as_store(source)
     out = Path(out_dir)
     runs = runs_frame(store, experiment)
@@ -313,7 +323,7 @@ def write_report(
     wanted = FIGURE_METRICS + (STUDY_METRICS if study is not None else ())
     metrics = metrics_frame(store, experiment, runs, prefixes=wanted)
     evals = eval_frame(store, experiment, runs)
-    table = table2(runs, evals)
+    table = table2(runs, evals, item_intervals=item_intervals)
     verdicts = VERDICT_RULES[paper](table)
     (out / "figures").mkdir(parents=True, exist_ok=True)
     figures = build_figures(runs, metrics, evals)

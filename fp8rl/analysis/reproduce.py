@@ -1,15 +1,19 @@
 """``make reproduce-table2``: which grids a size runs, and where its results and report go.
 
-Four sizes (``experiments/conf/experiment/table2*.yaml``; their measured times are in
+Five sizes (``experiments/conf/experiment/table2*.yaml``; their measured times are in
 ``docs/analysis.md``, written from the runs' own records):
 
 * ``quick``   — ``table2_quick``: the test preset (tiny-test base, 2 steps), one seed;
   checks the whole path, its numbers mean nothing. Results and report under ``runs/`` (not
   in git).
-* ``default`` — ``table2_small``: the paper's six Table-2 rows (BF16, FP8 rollout + BF16
-  training, tensorwise / rowwise / blockwise FP8, blockwise FP8 + CC), one seed, 10 steps
-  on the study's scale model (the shipped 1200-step base): ten minutes on an idle 2-core
-  machine, two runs at a time. Results in ``results/``, report in ``docs/reports/``.
+* ``default`` — ``table2_world``: the paper's six Table-2 rows (BF16, FP8 rollout + BF16
+  training, tensorwise / rowwise / blockwise FP8, blockwise FP8 + CC), one seed, 30 steps
+  on the learning world (the shipped slip base, ``docs/tiny_backend.md``), where BF16 gains
+  about 12 points: fifteen minutes on an idle 2-core machine, two runs at a time. Results in
+  ``results/``, report in ``docs/reports/``.
+* ``small``   — ``table2_small`` (the default before issue 46; its committed results keep
+  their run ids): the same six rows, 10 steps on the Table-2 study's scale model (the clean
+  1200-step base), where BF16 does not gain.
 * ``medium``  — ``table2_default`` (the default before issue 28; its committed results keep
   their run ids): BF16 and the three granularities x standard and CC plus the FP8-rollout
   row, one seed, 50 steps on the 600-step tiny-s base.
@@ -21,12 +25,11 @@ Four sizes (``experiments/conf/experiment/table2*.yaml``; their measured times a
 The ``quick`` and ``medium`` sizes are two grids into one experiment: the experiment's own
 (BF16 and the three FP8 granularities x standard and Calibrated Clipping, BF16 + CC being a
 control) and the FP8 rollout + BF16 training row (``granularity=fp8_rollout_only
-clipping=standard``). The ``default`` size is one grid per arm (:data:`SMALL_ARMS`), so
-``--jobs 2`` keeps two lanes busy. The
-``full`` size adds the study's two controls on one granularity G
-(:data:`STUDY_CONTROL_GRANULARITY`): Calibrated Clipping of the lower bound only
-(``clipping=lower_only``) and the CISPO loss, which never zeroes a gradient
-(``clipping=cispo``).
+clipping=standard``). The ``default`` and ``small`` sizes are one grid per arm
+(:data:`SMALL_ARMS`), so ``--jobs 2`` keeps two lanes busy. The ``full`` size adds the
+study's two controls on one granularity G (:data:`STUDY_CONTROL_GRANULARITY`): Calibrated
+Clipping of the lower bound only (``clipping=lower_only``) and the CISPO loss, which never
+zeroes a gradient (``clipping=cispo``).
 """
 
 from __future__ import annotations
@@ -51,7 +54,8 @@ __all__ = [
 
 SIZES: dict[str, str] = {
     "quick": "table2_quick",
-    "default": "table2_small",
+    "default": "table2_world",
+    "small": "table2_small",
     "medium": "table2_default",
     "full": "table2",
 }
@@ -59,12 +63,13 @@ SIZES: dict[str, str] = {
 SIZE_FLAGS: dict[str, str] = {
     "quick": " QUICK=1",
     "default": "",
+    "small": " SMALL=1",
     "medium": " MEDIUM=1",
     "full": " FULL=1",
 }
-#: The ``default`` size's arms (granularity, clipping), one grid each: the paper's Table-2
-#: rows, in the order they start: FP8 training first (its steps cost the most), so the two
-#: lanes end close together.
+#: The ``default`` and ``small`` sizes' arms (granularity, clipping), one grid each: the
+#: paper's Table-2 rows, in the order they start: FP8 training first (its steps cost the
+#: most), so the two lanes end close together.
 SMALL_ARMS: tuple[tuple[str, str], ...] = (
     ("blockwise", "calibrated"),
     ("blockwise", "standard"),
@@ -80,6 +85,7 @@ SMALL_ARMS: tuple[tuple[str, str], ...] = (
 TINY_MODEL_OPTIONS: dict[str, str] = {
     "quick": "tiny_test",
     "default": "tiny-s",
+    "small": "tiny-s",
     "medium": "tiny-s",
     "full": "tiny-s",
 }
@@ -149,7 +155,7 @@ def plan_table2(
     if size == "full":  # one grid per granularity, so `--jobs 2` keeps two lanes busy
         grids = [[*common, f"granularity={g}"] for g in STUDY_GRANULARITIES]
         grids += [rollout_arm, *control_grids(common)]
-    elif size == "default":  # one grid per arm (SMALL_ARMS' order)
+    elif size in ("default", "small"):  # one grid per arm (SMALL_ARMS' order)
         grids = [[*common, f"granularity={g}", f"clipping={c}"] for g, c in SMALL_ARMS]
     if results_dir is None:
         results_dir = runs_dir / "results" if size == "quick" else Path("results")

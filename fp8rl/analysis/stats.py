@@ -16,6 +16,7 @@ __all__ = [
     "TTest",
     "excluded_range",
     "holm",
+    "item_change",
     "mean_ci",
     "paired_difference",
     "t_test",
@@ -59,6 +60,21 @@ def mean_ci(values: Sequence[float], level: float = 0.95) -> Estimate:
     sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
     half = float(_st.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
     return Estimate(mean, mean - half, mean + half, n, level)
+
+
+def item_change(before: float, after: float, items: int, level: float = 0.95) -> Estimate:
+    """One run's change of a held-out share from ``before`` to ``after``, both measured on
+    the same ``items`` items, with a normal interval that covers the sampling of the items
+    only (one seed says nothing of the seed-to-seed spread). Conservative: each evaluation's
+    per-item scores (shares of k samples in [0, 1]) have a variance of at most ``p(1 - p)``,
+    and the two evaluations are treated as independent, where the same items evaluated twice
+    are positively correlated. ``n`` of the result is 1 (one run); its bounds are set."""
+    if items < 1:
+        raise ValueError(f"items={items}: an interval over items needs at least one item")
+    var = sum(p * (1 - p) for p in (before, after)) / items
+    half = float(_st.norm.ppf(0.5 + level / 2)) * math.sqrt(var)
+    change = after - before
+    return Estimate(change, change - half, change + half, 1, level)
 
 
 def paired_difference(

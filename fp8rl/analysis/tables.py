@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from fp8rl.analysis.arms import TABLE2_ARMS
-from fp8rl.analysis.stats import Estimate, mean_ci, paired_difference
+from fp8rl.analysis.load import items_count
+from fp8rl.analysis.stats import Estimate, item_change, mean_ci, paired_difference
 
 __all__ = [
     "BASE_ROW",
@@ -106,6 +107,9 @@ class Table2:
     k: int | None
     items: str
     problems: list[str] = field(default_factory=list)
+    #: arms whose gain carries an interval over the held-out items (one seed; ``table2``'s
+    #: ``item_intervals``), not over seeds
+    item_gains: set[str] = field(default_factory=set)
 
     def estimate(self, arm: str, column: str = "all") -> Estimate:
         row = self.cells[(self.cells["arm"] == arm) & (self.cells["column"] == column)]
@@ -133,6 +137,11 @@ class Table2:
             row["Δ vs BF16"] = "" if arm == "BF16" or delta is None else format_delta(delta, digits)
             gain = self.gains.get(arm)
             row["RL gain"] = "" if gain is None else format_delta(gain, digits)
+            if gain is not None and arm in self.item_gains:
+                row["RL gain"] = (
+                    f"{100 * gain.mean:+.{digits}f} "
+                    f"[{100 * gain.low:+.{digits}f}, {100 * gain.high:+.{digits}f}] over items"
+                )
             row["seeds"] = str(len(self.seeds.get(arm, [])))
             row["note"] = self.notes.get(arm, "")
             out.append(row)
@@ -243,14 +252,31 @@ def _row(
 
 
 def _note(mine: pd.DataFrame, scores: pd.DataFrame) -> str:
-    """What a row says about its runs that are not results."""
+    """What a row says about its runs that are not results. A stale run (another results
+    version) of a seed the arm also has a usable run of is not news: the current run
+    replaced it."""
     note = ["not run"] if mine.empty else []
+    current = {r.seed for r in mine.itertuples() if r.usable}
     for r in mine.itertuples():
+        if not r.usable and r.seed in current and str(r.state).startswith("stale"):
+            continue
         if not r.usable:
             note.append(f"seed {r.seed}: {r.state}")
         elif r.run_id not in scores.index:
             note.append(f"seed {r.seed}: no held-out evaluation")
     return "; ".join(note)
+
+
+def _eval_config(runs: pd.DataFrame, run_id: str) -> dict[str, object]:
+    """A run's ``eval`` settings from ``runs``' flattened ``config.eval.*`` columns."""
+    row = runs[runs["run_id"] == run_id].iloc[0]
+    prefix = "config.eval."
+    ev = {c[len(prefix) :]: row[c] for c in runs.columns if c.startswith(prefix)}
+    return {"eval": {k: None if _is_nan(v) else v for k, v in ev.items()}}
+
+
+def _is_nan(value: object) -> bool:
+    return isinstance(value, float) and math.isnan(value)
 
 
 def table2(
@@ -262,10 +288,15 @@ def table2(
     k: int | None = None,
     level: float = 0.95,
     baseline: str = "BF16",
+    item_intervals: bool = False,
 ) -> Table2:
     """Build the table from a :func:`~fp8rl.analysis.load.runs_frame` and an
     :func:`~fp8rl.analysis.load.eval_frame` (module docstring). Arms the experiment ran
-    beyond ``arms`` are appended as extra rows."""
+    beyond ``arms`` are appended as extra rows. ``item_intervals``: an arm with one seed
+    gets the interval of its gain over the held-out items
+    (:func:`fp8rl.analysis.stats.item_change`: item sampling only, conservative) where its
+    run's config says how many items it answered; with two seeds or more the gain's interval
+    is over seeds, as without it."""
     scores, k = final_scores(evals, stat=stat, k=k)
     start, _ = final_scores(evals, stat=stat, k=k, first=True)
     families = sorted(c for c in scores.columns if c != "all")
@@ -273,6 +304,7 @@ def table2(
     extra = sorted(set(runs["arm"]) - set(arms)) if not runs.empty else []
     all_arms = [*arms, *extra]
     cells, notes, seeds, per_seed, gains = [], {}, {}, {}, {}
+    item_gains: set[str] = set()
     for arm in all_arms:
         mine = runs[runs["arm"] == arm] if not runs.empty else runs
         usable = [r for r in mine.itertuples() if r.usable]
@@ -286,6 +318,13 @@ def table2(
         started = [r for r in usable if r.run_id in start.index]
         firsts, _ = _row(arm, started, start, ["all"], level)
         gains[arm] = paired_difference(values["all"], firsts["all"], level)
+        if item_intervals and gains[arm].n == 1:
+            (run,) = [r for r in started if r.run_id in scores.index]
+            n_items = items_count(_eval_config(runs, run.run_id))
+            if n_items:
+                after, before = scores.loc[run.run_id, "all"], start.loc[run.run_id, "all"]
+                gains[arm] = item_change(float(before), float(after), n_items, level)
+                item_gains.add(arm)
     bf16 = runs[(runs["arm"] == baseline) & runs["usable"]] if not runs.empty else runs
     bf16 = [r for r in bf16.itertuples() if r.run_id in start.index]
     if bf16:  # the base model's row: the BF16 runs' step-0 evaluation
@@ -314,6 +353,7 @@ def table2(
         k=k,
         items=items,
         problems=_config_problems(runs) if not runs.empty else [],
+        item_gains=item_gains,
     )
     table._per_seed = per_seed
     return table

@@ -18,6 +18,7 @@ from fp8rl.config.cluster import ClusterConfig
 from fp8rl.config.fields import ConfigError, Range, check_fields, choice, num
 from fp8rl.config.run import (
     BACKENDS,
+    EVAL_ITEMS_PER_DIFFICULTY,
     EVAL_PRECISIONS,
     TASKS,
     TRAIN_RECIPES,
@@ -39,6 +40,7 @@ from fp8rl.config.run import (
 
 __all__ = [
     "BACKENDS",
+    "EVAL_ITEMS_PER_DIFFICULTY",
     "EVAL_PRECISIONS",
     "TASKS",
     "TRAIN_RECIPES",

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKENDS",
+    "EVAL_ITEMS_PER_DIFFICULTY",
     "EVAL_PRECISIONS",
     "TASKS",
     "TRAIN_RECIPES",
@@ -474,6 +475,11 @@ class RunConfig:
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
         """Inverse of :meth:`to_dict`; missing keys take their defaults, unknown keys fail."""
         return _build(cls, data, "")
+
+
+#: Distinct held-out items per difficulty in each tiny family's evaluation set (150 per
+#: family over difficulties 1-3; fp8rl.world.tasks builds the sets with this many).
+EVAL_ITEMS_PER_DIFFICULTY = 50
 
 
 def stratified_counts(limit: int, difficulties: list[int] | tuple[int, ...]) -> dict[int, int]:

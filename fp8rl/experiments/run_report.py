@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from fp8rl.analysis.load import items_count
 from fp8rl.numerics.registry import RECIPES
 from fp8rl.runs import CorruptLogError, RunStatus, RunStore, RunStoreError, read_step_log
 
@@ -111,10 +112,7 @@ class RunReport:
     @property
     def items(self) -> int | None:
         """Held-out items behind the average (``limit`` x families), or None if unknown."""
-        limit, families = self.eval_settings.get("limit"), self.eval_settings.get("families")
-        if not isinstance(limit, int) or not isinstance(families, list) or not families:
-            return None
-        return limit * len(families)
+        return items_count({"eval": self.eval_settings})
 
     def change_interval(self) -> tuple[float, float] | None:
         """The 95% half-width and the change of the ``all`` row (module docstring)."""

@@ -21,7 +21,7 @@ from typing import Any
 # Bump when a code change alters results (a bug fix in a loss, a new default that
 # is not in the config). Finished runs of an older version are then reported as
 # stale, and re-run only when asked.
-RESULTS_VERSION: int = 6
+RESULTS_VERSION: int = 7
 # 2: the run config is the nested RunConfig (fp8rl.config; the Hydra tree's keys), not the
 #    flat TrainConfig: every run id changed, and a version-1 run is not found under the
 #    new ids (it is neither reused nor reported stale: its config has another shape).
@@ -44,6 +44,10 @@ RESULTS_VERSION: int = 6
 #    run on packed rows without padding (fp8rl.tiny.packing; new key train.packing, false =
 #    the padded layout of version 5): FP32/BF16 numbers move by summation order, FP8 ones
 #    also because scales no longer see padding tokens.
+# 7: issue 46. Every tiny run logs its training score before the DAPO filter
+#    (fp8rl/score_unfiltered/mean) beside the filtered one, and the defaults moved to the
+#    learning world (study=plain and make reproduce-table2's default size: the shipped slip
+#    base, model.sft.noise=0.5): a report never mixes runs of the old and the new world.
 
 RUN_ID_LENGTH = 16
 

@@ -41,6 +41,7 @@ from math import gcd
 from pathlib import Path
 from typing import Any
 
+from fp8rl.config.run import EVAL_ITEMS_PER_DIFFICULTY
 from fp8rl.rewards import format_prompt
 
 logger = logging.getLogger(__name__)
@@ -71,8 +72,9 @@ HELD_OUT_BUCKETS = 8
 """One SHA-256 bucket in this many holds the held-out questions (1/8 of each space)."""
 
 EVAL_SEED = 5
-EVAL_ITEMS_PER_DIFFICULTY = 50
-"""Each evaluation set: this many distinct held-out items per difficulty (150 per family)."""
+# Each evaluation set: EVAL_ITEMS_PER_DIFFICULTY distinct held-out items per difficulty
+# (150 per family); fp8rl.config holds the number, so that readers of run configs count
+# items without importing the world.
 
 EVAL_DIR = Path(__file__).resolve().parents[2] / "data" / "tiny_eval"
 """The committed evaluation sets (repository root ``data/tiny_eval``)."""

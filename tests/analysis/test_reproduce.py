@@ -34,7 +34,13 @@ def test_plan_sizes_grids_and_folders(tmp_path):
     assert quick.grids[1][-2:] == ["granularity=fp8_rollout_only", "clipping=standard"]
     assert quick.results_dir == tmp_path / "results"  # quick stays out of git
     default = plan_table2("default", seeds="0, 1")
-    assert str(default.report_dir) == "docs/reports/table2_small"
+    assert str(default.report_dir) == "docs/reports/table2_world"  # the learning world
+    small = plan_table2("small")  # the default before issue 46: its run ids are kept
+    assert small.experiment == "table2_small"
+    assert small.commands == ["make reproduce-table2 SMALL=1"]
+    assert [g[-2:] for g in small.grids] == [
+        [f"granularity={g}", f"clipping={c}"] for g, c in SMALL_ARMS
+    ]
     assert "seed=0,1" in default.grids[0] and default.commands == [
         "make reproduce-table2 SEEDS=0,1"
     ]
@@ -149,3 +155,25 @@ def test_grids_run_jobs_at_a_time_and_report_failure(tmp_path):
     assert module.run_grids(sweep, [["a"], ["b"], ["c"]], jobs=2) is False
     assert sorted(stamp.read_text().split()) == ["a", "b", "c"]
     assert module.run_grids(sweep, [["a"], ["bad"]], jobs=2) is True
+
+
+def test_the_committed_default_report_is_of_the_current_results_version():
+    """`make reproduce-table2` on a fresh clone finds its six runs done and current and
+    prints the committed report's table: fails when RESULTS_VERSION moves without the
+    default size's results and report being regenerated (`make reproduce-table2`, then
+    commit results/<experiment> and docs/reports/<experiment>)."""
+    from fp8rl.analysis.load import runs_frame
+    from fp8rl.analysis.reproduce import SIZES
+    from fp8rl.runs.ids import RESULTS_VERSION
+
+    experiment = SIZES["default"]
+    runs = runs_frame(REPO / "results", experiment)
+    current = runs[runs["usable"]]
+    assert len(current) == len(SMALL_ARMS), (
+        f"results/{experiment} holds {len(current)} finished runs of results version "
+        f"{RESULTS_VERSION}, not one per arm of the default size ({len(SMALL_ARMS)})"
+    )
+    assert current["arm"].nunique() == len(SMALL_ARMS)
+    readme = (REPO / "docs" / "reports" / experiment / "README.md").read_text()
+    assert f"{len(SMALL_ARMS)} of {len(SMALL_ARMS)} runs finished and current" in readme
+    assert "stale (results version" not in readme

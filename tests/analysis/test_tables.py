@@ -1,4 +1,5 @@
 import math
+import shutil
 
 import pytest
 from scipy import stats
@@ -91,3 +92,61 @@ def test_runs_that_differ_beyond_arm_and_seed_are_a_problem(tmp_path):
     runs = runs_frame(store, "t")
     table = table2(runs, eval_frame(store, "t", runs))
     assert table.problems == ["runs in this table differ in steps: 4, 8"]
+
+
+def test_item_change_is_the_conservative_normal_interval_over_items():
+    from fp8rl.analysis.stats import item_change
+
+    est = item_change(0.2, 0.4, 400)
+    half = stats.norm.ppf(0.975) * math.sqrt((0.2 * 0.8 + 0.4 * 0.6) / 400)
+    assert est.mean == pytest.approx(0.2) and est.n == 1
+    assert (est.low, est.high) == pytest.approx((0.2 - half, 0.2 + half))
+    assert item_change(0.5, 0.5, 10).half_width > item_change(0.5, 0.5, 1000).half_width
+    with pytest.raises(ValueError, match="at least one item"):
+        item_change(0.1, 0.2, 0)
+
+
+def _one_seed_store(tmp_path):
+    store = RunStore(tmp_path / "runs")
+    evaluated = {
+        "eval.families": ["a", "b"],
+        "eval.difficulties": [1, 2, 3],
+        "eval.limit": 50,
+    }
+    add_run(store, "t", "BF16", 0, scores={"a": 0.3, "b": 0.2},
+            first_eval={"val-core/all/acc/mean@1": 0.1}, **evaluated)  # fmt: skip
+    add_run(store, "t", "Blockwise FP8", 0, scores={"a": 0.1, "b": 0.1},
+            first_eval={"val-core/all/acc/mean@1": 0.1}, **evaluated)  # fmt: skip
+    return store
+
+
+def test_one_seed_gains_carry_an_interval_over_items_only_when_asked(tmp_path):
+    store = _one_seed_store(tmp_path)
+    runs = runs_frame(store, "t")
+    evals = eval_frame(store, "t", runs)
+    plain = table2(runs, evals)
+    assert plain.item_gains == set() and math.isnan(plain.gains["BF16"].low)
+    table = table2(runs, evals, item_intervals=True)
+    assert table.item_gains == {"BF16", "Blockwise FP8"}
+    gain = table.gains["BF16"]  # 0.1 -> 0.25 over 2 families x 50 items
+    half = stats.norm.ppf(0.975) * math.sqrt((0.1 * 0.9 + 0.25 * 0.75) / 100)
+    assert gain.mean == pytest.approx(0.15) and gain.low == pytest.approx(0.15 - half)
+    assert gain.low > 0  # the interval excludes zero
+    assert table.gains["Blockwise FP8"].low < 0 < table.gains["Blockwise FP8"].high
+    bf16 = next(line for line in table.to_markdown().splitlines() if line.startswith("| BF16 |"))
+    assert f"+15.0 [{100 * (0.15 - half):+.1f}, {100 * (0.15 + half):+.1f}] over items" in bf16
+
+
+def test_a_stale_run_replaced_by_a_current_one_of_its_seed_is_not_noted(tmp_path):
+    from fp8rl.runs.ids import RESULTS_VERSION
+
+    old = RunStore(tmp_path / "old", results_version=RESULTS_VERSION - 1)
+    store = RunStore(tmp_path / "runs")
+    add_run(store, "t", "BF16", 0, scores={"a": 0.6})
+    for seed in (0, 1):  # an older version's runs, committed beside the current ones
+        run_id = add_run(old, "t", "BF16", seed, scores={"a": 0.5})
+        shutil.copytree(tmp_path / "old" / "t" / run_id, tmp_path / "runs" / "t" / run_id)
+    runs = runs_frame(store, "t")
+    table = table2(runs, eval_frame(store, "t", runs))
+    assert table.seeds["BF16"] == [0]
+    assert table.notes["BF16"] == f"seed 1: stale (results version {RESULTS_VERSION - 1})"

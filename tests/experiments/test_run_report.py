@@ -112,6 +112,21 @@ def test_the_table_puts_the_last_evaluation_beside_the_base(store: RunStore) -> 
     assert show_run_command(path) == f"python scripts/show_run.py runs/test/{run_id}"
 
 
+def test_every_item_evaluated_counts_all_of_them(store: RunStore) -> None:
+    """``eval.limit: null`` (the plain run's held-out sets, every item): 150 items per
+    family (50 per difficulty x 3), so the interval is over 300 items here."""
+    base = {"add_sub": 0.1, "max_min": 0.3, "all": 0.2}
+    final = {"add_sub": 0.2, "max_min": 0.6, "all": 0.4}
+    cfg = _config(**{"eval.limit": None, "eval.difficulties": [1, 2, 3]})
+    path = _run(store, cfg, 4, {0: base, 4: final})
+    report = read_run_report(path)
+    assert report.items == 300
+    change, half = report.change_interval()  # type: ignore[misc]
+    assert change == pytest.approx(0.2)
+    assert half == pytest.approx(1.96 * ((0.2 * 0.8 + 0.4 * 0.6) / 300) ** 0.5)
+    assert "all items" in run_summary(path) and "over the 300 items" in run_summary(path)
+
+
 def test_a_run_without_evaluation_says_so(store: RunStore) -> None:
     path = _run(store, _config(**{"eval.every": 0}), 4, {})
     for step in (2, 4):
