@@ -91,7 +91,7 @@ def run_id(overrides: list[str], composer: Composer) -> str:
         # exporting HF checkpoints and evaluating them with lm-eval change no number
         ([], ["export_hf=true", "lm_eval.k=4", "lm_eval.greedy=false", "lm_eval.engine=vllm"]),
         # an integer where a float is expected is the same float
-        ([], ["train.lr=0.00001"]),  # the default 1e-5, spelled out
+        ([], ["train.lr=0.00003"]),  # the plain run's 3e-5 (the learning world), spelled out
         (["algorithm.eps_low=1e-1"], ["algorithm.eps_low=0.1"]),
     ],
 )

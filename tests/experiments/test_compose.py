@@ -269,7 +269,10 @@ def test_composition_refuses_with_hydras_reason(overrides: list[str], message: s
         (["clipping.init_high=0.9"], r"clipping.init_high=0.9 is out of range: need 1.0 < x"),
         (["rollout.n_samples=0"], r"rollout.n_samples=0 is out of range"),
         (["threads=0"], r"threads=0 is out of range"),
-        (["eval.k=4"], r"eval.k=4 with eval.greedy=true.*set eval.k=1 or eval.greedy=false"),
+        (
+            ["eval.k=4", "eval.greedy=true"],
+            r"eval.k=4 with eval.greedy=true.*set eval.k=1 or eval.greedy=false",
+        ),
         (["eval.families=[add_sub,calculus]"], r"eval.families: unknown \['calculus'\]"),
         # impossible combinations, naming the Hydra keys involved
         (

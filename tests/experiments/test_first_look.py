@@ -60,8 +60,10 @@ def test_make_train_tiny_is_the_old_quickstart_run() -> None:
     g, c = cfg.granularity, cfg.clipping
     assert (g.training, g.rollout, g.block_size) == ("blockwise", "block", 4)
     assert (c.mode, c.period) == ("calibrated", 5)
-    assert (cfg.steps, cfg.eval.every, cfg.eval.limit, cfg.eval.k) == (30, 15, 50, 1)
+    assert (cfg.steps, cfg.eval.every, cfg.eval.limit, cfg.eval.k) == (30, 15, 50, 4)
     assert cfg.model.preset == "tiny-s" and cfg.algorithm.name == "grpo"
+    # a plain run since issue 46: the learning world's shipped slip base, sampled eval
+    assert (cfg.model.sft.steps, cfg.model.sft.noise, cfg.eval.greedy) == (1200, 0.5, False)
     assert {"experiment_name=quickstart", "threads=2"} <= set(overrides)
 
 
