@@ -182,8 +182,6 @@ def items_count(config: Mapping[str, Any]) -> int | None:
     limit, levels, families = ev.get("limit"), ev.get("difficulties"), ev.get("families")
     if not isinstance(families, list | tuple) or not families:
         return None
-    if isinstance(limit, float) and limit.is_integer():  # a frame column with gaps
-        limit = int(limit)
     if isinstance(limit, numbers.Integral) and not isinstance(limit, bool):
         return int(limit) * len(families)
     if limit is None and isinstance(levels, list | tuple) and levels:
@@ -219,6 +217,7 @@ def runs_frame(
             seed=seed,
             planned_steps=_planned_steps(info.config),
             items=items_label(info.config),
+            n_items=items_count(info.config),
             wall_s=wall_seconds(info.status_record),
         )
         rows.append(record)

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from fp8rl.analysis.arms import TABLE2_ARMS
-from fp8rl.analysis.load import items_count
 from fp8rl.analysis.stats import Estimate, item_change, mean_ci, paired_difference
 
 __all__ = [
@@ -267,18 +266,6 @@ def _note(mine: pd.DataFrame, scores: pd.DataFrame) -> str:
     return "; ".join(note)
 
 
-def _eval_config(runs: pd.DataFrame, run_id: str) -> dict[str, object]:
-    """A run's ``eval`` settings from ``runs``' flattened ``config.eval.*`` columns."""
-    row = runs[runs["run_id"] == run_id].iloc[0]
-    prefix = "config.eval."
-    ev = {c[len(prefix) :]: row[c] for c in runs.columns if c.startswith(prefix)}
-    return {"eval": {k: None if _is_nan(v) else v for k, v in ev.items()}}
-
-
-def _is_nan(value: object) -> bool:
-    return isinstance(value, float) and math.isnan(value)
-
-
 def table2(
     runs: pd.DataFrame,
     evals: pd.DataFrame,
@@ -320,10 +307,9 @@ def table2(
         gains[arm] = paired_difference(values["all"], firsts["all"], level)
         if item_intervals and gains[arm].n == 1:
             (run,) = [r for r in started if r.run_id in scores.index]
-            n_items = items_count(_eval_config(runs, run.run_id))
-            if n_items:
+            if pd.notna(run.n_items):  # the run's config says how many items it answered
                 after, before = scores.loc[run.run_id, "all"], start.loc[run.run_id, "all"]
-                gains[arm] = item_change(float(before), float(after), n_items, level)
+                gains[arm] = item_change(float(before), float(after), int(run.n_items), level)
                 item_gains.add(arm)
     bf16 = runs[(runs["arm"] == baseline) & runs["usable"]] if not runs.empty else runs
     bf16 = [r for r in bf16.itertuples() if r.run_id in start.index]

@@ -111,7 +111,8 @@ class RunReport:
 
     @property
     def items(self) -> int | None:
-        """Held-out items behind the average (``limit`` x families), or None if unknown."""
+        """Held-out items behind the average (``limit`` x families, or every item of the
+        evaluated difficulties), or None if unknown (:func:`fp8rl.analysis.load.items_count`)."""
         return items_count({"eval": self.eval_settings})
 
     def change_interval(self) -> tuple[float, float] | None:
