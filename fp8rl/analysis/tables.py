@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -266,6 +267,32 @@ def _note(mine: pd.DataFrame, scores: pd.DataFrame) -> str:
     return "; ".join(note)
 
 
+def _gain(
+    arm: str,
+    last: dict[int, float],
+    started: list[Any],
+    scores: pd.DataFrame,
+    start: pd.DataFrame,
+    level: float,
+    item_intervals: bool,
+) -> tuple[Estimate, bool]:
+    """An arm's RL gain: each run's last average (``last``, by seed) minus its own first,
+    paired by seed; with ``item_intervals`` and one seed, the interval over the held-out
+    items that run answered instead (:func:`~fp8rl.analysis.stats.item_change`) where its
+    config says how many (``n_items``, :func:`fp8rl.analysis.load.runs_frame`). Returns the
+    estimate and whether it is over items."""
+    firsts, _ = _row(arm, started, start, ["all"], level)
+    gain = paired_difference(last, firsts["all"], level)
+    if not item_intervals or gain.n != 1:
+        return gain, False
+    (run,) = [r for r in started if r.run_id in scores.index]
+    n_items = getattr(run, "n_items", None)
+    if n_items is None or pd.isna(n_items):
+        return gain, False
+    after, before = scores.loc[run.run_id, "all"], start.loc[run.run_id, "all"]
+    return item_change(float(before), float(after), int(n_items), level), True
+
+
 def table2(
     runs: pd.DataFrame,
     evals: pd.DataFrame,
@@ -303,14 +330,11 @@ def table2(
         per_seed.update({(arm, col): v for col, v in values.items()})
         cells += row
         started = [r for r in usable if r.run_id in start.index]
-        firsts, _ = _row(arm, started, start, ["all"], level)
-        gains[arm] = paired_difference(values["all"], firsts["all"], level)
-        if item_intervals and gains[arm].n == 1:
-            (run,) = [r for r in started if r.run_id in scores.index]
-            if pd.notna(run.n_items):  # the run's config says how many items it answered
-                after, before = scores.loc[run.run_id, "all"], start.loc[run.run_id, "all"]
-                gains[arm] = item_change(float(before), float(after), int(run.n_items), level)
-                item_gains.add(arm)
+        gains[arm], over_items = _gain(
+            arm, values["all"], started, scores, start, level, item_intervals
+        )
+        if over_items:
+            item_gains.add(arm)
     bf16 = runs[(runs["arm"] == baseline) & runs["usable"]] if not runs.empty else runs
     bf16 = [r for r in bf16.itertuples() if r.run_id in start.index]
     if bf16:  # the base model's row: the BF16 runs' step-0 evaluation
