@@ -22,8 +22,8 @@ command line (``--cfg job``, ``--help``, ``hydra/launcher=...``).
 
 Exit status (the table is docs/experiments.md, *Exit status*; ``fp8rl.experiments.outcome``):
 0 all done, 1 a run failed or is damaged (or a full disk stopped it), 2 a user error
-(nothing written), 130 interrupted (Ctrl-C). Every non-zero status ends with one line on
-stderr saying what is left and the command to type next.
+(nothing written), 130 interrupted (Ctrl-C, or SIGTERM during a run). Every non-zero status
+ends with one line on stderr saying what is left and the command to type next.
 """
 
 # ruff: noqa: E402 (the flag list and a first line come before the slow imports)
@@ -108,6 +108,7 @@ from fp8rl.experiments.outcome import (
     disk_full_line,
     failed_line,
     interrupted_line,
+    stopped_line,
 )
 from fp8rl.experiments.preflight import check_runs_dir, preflight
 from fp8rl.experiments.progress import (
@@ -412,6 +413,9 @@ def main(cfg: DictConfig) -> dict:
     if single and summary.status == "failed":  # failed before, not retried
         ref = RunRef(Path(cfg.runs_dir), cfg.experiment_name, summary.run_id)
         sys.exit(say(failed_line(ref, one_line(summary.reason), sys.argv[1:]), EXIT_RUN_FAILED))
+    if single and summary.status == "stopped":  # stopped by its health monitor, now or before
+        ref = RunRef(Path(cfg.runs_dir), cfg.experiment_name, summary.run_id)
+        sys.exit(say(stopped_line(ref, one_line(summary.reason), sys.argv[1:]), EXIT_RUN_FAILED))
     return {
         "run_id": summary.run_id,
         "path": str(summary.path),

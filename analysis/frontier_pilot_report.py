@@ -10,7 +10,9 @@ added docs/study/frontier_protocol.md from git; writes the report folder
 (fp8rl.analysis.frontier_report.write_pilot_report) and prints the protocol check and the
 regime verdict. ``--export-from`` first exports the pilot's finished runs from that run store
 into ``--source`` (fp8rl.analysis.export). Paths are the repository's; with no pilot run yet
-the report says so.
+the report says so. A reference run that is damaged, unfinished or missing (the protocol
+drops none), or a store the readers refuse (a copied run folder), stops it with one line
+naming the run, exit 1.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from fp8rl.analysis.frontier import (  # noqa: E402
     pilot_thresholds,
 )
 from fp8rl.analysis.frontier_report import PILOT_EXPERIMENT, write_pilot_report  # noqa: E402
-from fp8rl.runs import RunStore  # noqa: E402
+from fp8rl.runs import RunStore, RunStoreError  # noqa: E402
 
 #: How the pilot's runs are made and exported, and this report regenerated.
 COMMANDS = (
@@ -62,16 +64,20 @@ def main() -> int:
     source = RunStore(args.source, results_version=args.results_version)
     try:
         thresholds = pilot_thresholds(source)
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, ValueError, RunStoreError) as exc:  # a reference run named
         print(f"frontier-pilot-report: no thresholds: {exc}", file=sys.stderr)
         return 1
-    report = write_pilot_report(
-        source,
-        args.out,
-        thresholds,
-        protocol=protocol_commit(FRONTIER_PROTOCOL),
-        commands=COMMANDS,
-    )
+    try:
+        report = write_pilot_report(
+            source,
+            args.out,
+            thresholds,
+            protocol=protocol_commit(FRONTIER_PROTOCOL),
+            commands=COMMANDS,
+        )
+    except RunStoreError as exc:  # a store the readers refuse (a copied run folder)
+        print(f"frontier-pilot-report: {exc}", file=sys.stderr)
+        return 1
     print(report.summary_text())
     return 0
 

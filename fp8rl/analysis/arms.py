@@ -9,12 +9,23 @@ checks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fp8rl.numerics.registry import RECIPES
+from fp8rl.runs.ids import config_sha256, flatten_config
 
-__all__ = ["DEFAULT_ROLLOUT", "TABLE2_ARMS", "arm_of", "granularity_of"]
+__all__ = [
+    "DEFAULT_ROLLOUT",
+    "TABLE2_ARMS",
+    "arm_of",
+    "granularity_of",
+    "run_arm",
+    "run_config",
+    "unknown_arm",
+]
 
 #: The rollout scaling each shipped FP8 training recipe pairs with in the paper's Table 2
 #: (experiments/conf/granularity/*.yaml), from the recipe registry.
@@ -105,3 +116,82 @@ def arm_of(config: Mapping[str, Any]) -> str:
     if loss not in (None, "vanilla", "calibrated_clip"):
         label += f" [{loss} loss]"
     return label
+
+
+def _key(value: Any, drop: bool) -> str:
+    return json.dumps([value, drop], sort_keys=True, default=repr)
+
+
+def _changed(config: Mapping[str, Any], dotted: str, value: Any, *, drop: bool) -> dict[str, Any]:
+    """A copy of ``config`` with the dotted key set to ``value`` (or removed, ``drop``)."""
+    out = copy.deepcopy(dict(config))
+    node = out
+    *path, last = dotted.split(".")
+    for part in path:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    if drop:
+        node.pop(last, None)
+    else:
+        node[last] = value
+    return out
+
+
+def run_config(
+    config: Mapping[str, Any], recorded_sha: str | None, others: Sequence[Mapping[str, Any]]
+) -> Mapping[str, Any] | None:
+    """The config a run was run with, when its ``config.yaml`` (``config``) may have been
+    edited since: ``config`` itself when it hashes to the run's recorded ``config_sha256``
+    (or none is recorded); else ``config`` with one value changed back, to the value another
+    run of its experiment (``others``) has there, or to the other of true/false, or the key
+    removed or added as another run has it, whichever hashes to the recorded one; None when
+    no such change does (the run's config is not known, and not guessed)."""
+    try:
+        return _run_config(config, recorded_sha, others)
+    except (TypeError, ValueError):  # a value no config has (an edit YAML read as a date)
+        return None
+
+
+def _run_config(
+    config: Mapping[str, Any], recorded_sha: str | None, others: Sequence[Mapping[str, Any]]
+) -> Mapping[str, Any] | None:
+    if recorded_sha is None or config_sha256(config) == recorded_sha:
+        return config
+    flat = flatten_config(config)
+    seen: dict[str, dict[str, tuple[Any, bool]]] = {}  # key -> {canonical: (value, drop)}
+    for other in others:
+        other_flat = flatten_config(other)
+        for key in set(flat) | set(other_flat):
+            value, drop = other_flat.get(key), key not in other_flat
+            seen.setdefault(key, {})[_key(value, drop)] = (value, drop)
+    for key, value in flat.items():
+        if isinstance(value, bool):
+            seen.setdefault(key, {})[_key(not value, False)] = (not value, False)
+    for key in sorted(seen):
+        mine = _key(flat.get(key), key not in flat)
+        for text, (value, drop) in sorted(seen[key].items()):
+            if text == mine:
+                continue
+            candidate = _changed(config, key, value, drop=drop)
+            if config_sha256(candidate) == recorded_sha:
+                return candidate
+    return None
+
+
+def unknown_arm(run_id: str) -> str:
+    """The arm label of a run whose config is not known (:func:`run_config` found none)."""
+    return f"? (run {run_id}: its config.yaml was changed)"
+
+
+def run_arm(
+    run_id: str,
+    config: Mapping[str, Any],
+    recorded_sha: str | None,
+    others: Sequence[Mapping[str, Any]],
+) -> str:
+    """The arm of the config a run was run with (:func:`run_config`), not of an edited
+    ``config.yaml``: a damaged run's row is its own arm's, or one that says the arm is not
+    known (:func:`unknown_arm`)."""
+    found = run_config(config, recorded_sha, others)
+    return unknown_arm(run_id) if found is None else arm_of(found)

@@ -26,6 +26,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fp8rl.rl.health import trailing_mean
+
 __all__ = ["Surge", "detect_surges", "entropy_stability", "trailing_mean"]
 
 
@@ -35,19 +37,6 @@ class Surge:
     peak_step: int
     end_step: int | None  # None: still above the threshold at the last step
     peak_ratio: float  # smoothed peak / running minimum at the start
-
-
-def trailing_mean(values: Sequence[float], window: int) -> list[float]:
-    """Mean of each value and the ``window - 1`` before it (fewer at the start)."""
-    if window < 1:
-        raise ValueError(f"window must be >= 1, got {window}")
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
 
 
 def detect_surges(

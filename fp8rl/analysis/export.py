@@ -143,10 +143,15 @@ def export_experiment(
     *,
     samples: int = 3,
     drop_prefixes: tuple[str, ...] = DROPPED_METRICS,
+    results_version: int | None = None,
 ) -> ExportSummary:
     """Export ``experiment``'s finished runs from ``source`` to ``destination/<experiment>``
-    (module docstring); returns what was written, left unchanged and skipped."""
+    (module docstring); returns what was written, left unchanged and skipped.
+    ``results_version``: the version whose runs are current (and exported; runs of another
+    version are skipped as stale); default the source store's (the code's current one)."""
     store = as_store(source)
+    if results_version is not None and results_version != store.results_version:
+        store = RunStore(store.root, results_version=results_version)
     dest_root = Path(destination)
     summary = ExportSummary(experiment, dest_root / experiment)
     recover_directories(summary.destination)  # what a killed export left

@@ -1,10 +1,12 @@
 """The stability frontier (issue 33 part 3; docs/study/frontier_protocol.md): failure
 endpoints, their thresholds set from BF16 runs only, and a run's failure and time to it.
+The endpoints' definitions and the threshold rules live in :mod:`fp8rl.rl.health` (the live
+monitor of both trainers uses the same functions); this module reads them off run stores.
 
 **Endpoints** of one run, each a statistic of its curves up to a step ``until``:
 
 * **entropy surge** — ``surge_ratio``: the largest ratio of the trailing mean of
-  ``actor/entropy`` (``window`` steps, :func:`fp8rl.analysis.curves.trailing_mean`) to its
+  ``actor/entropy`` (``window`` steps, :func:`fp8rl.rl.health.trailing_mean`) to its
   running minimum: the factor at which :func:`fp8rl.analysis.curves.detect_surges` would
   first fire (today's rule fires at 1.5);
 * **garbled share** — ``garbled_max``: the largest ``val-aux/all/garbled/mean@k`` over the
@@ -56,13 +58,24 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fp8rl.analysis.curves import trailing_mean
 from fp8rl.analysis.load import (
+    as_store,
     config_column,
     eval_frame,
     metrics_frame,
     pilot_seed,
     runs_frame,
+)
+from fp8rl.rl.health import (
+    DRAWDOWN_DRAWS,
+    ENDPOINTS,
+    FailureThresholds,
+    ReferenceStats,
+    drawdown,
+    drawdown_quantile,
+    endpoint_steps,
+    surge_ratio,
+    thresholds_from,
 )
 from fp8rl.runs import RunStore
 
@@ -82,6 +95,8 @@ __all__ = [
     "PILOT_RESULTS_VERSION",
     "PILOT_WORKERS",
     "REFERENCE_EXPERIMENTS",
+    "REFERENCE_RUNS",
+    "ROUNDING_COLUMNS",
     "SENSITIVITY_COLUMNS",
     "SENSITIVITY_FACTORS",
     "Failure",
@@ -91,8 +106,10 @@ __all__ = [
     "Point",
     "PointOutcome",
     "Reference",
+    "ReferenceRunError",
     "Regime",
     "Setting",
+    "as_printed",
     "bf16_reference",
     "choose_regime",
     "drawdown",
@@ -108,6 +125,7 @@ __all__ = [
     "point_outcomes",
     "reference_statistics",
     "reference_thresholds",
+    "rounding_moves",
     "run_failure",
     "surge_ratio",
     "threshold_sensitivity",
@@ -117,8 +135,6 @@ ENTROPY = "actor/entropy"
 #: The held-out metrics (the study's in-loop evaluation names; ``k`` is the run's).
 ACCURACY = "val-core/all/acc/mean@{k}"
 GARBLED = "val-aux/all/garbled/mean@{k}"
-#: Normal draws behind the drawdown threshold's quantile (seed 0).
-DRAWDOWN_DRAWS = 200_000
 
 
 @dataclass(frozen=True)
@@ -132,22 +148,60 @@ class Reference:
     max_lr: float = 1e-4
 
 
+class ReferenceRunError(ValueError):
+    """A run the thresholds are set from is damaged, unfinished or missing. The protocol
+    drops no reference run (docs/study/frontier_protocol.md, "The reference": every one),
+    so the thresholds stop, with the run named, rather than move without it."""
+
+
+#: What a run the thresholds would read cannot be read as (:func:`bf16_reference`): its
+#: files do not say what they should, or its results are not in yet.
+_NOT_READ = ("damaged", "running", "pending")
+
+
+def _recorded(r: Mapping[str, object]) -> str:
+    """A run's status and, where the store says why, its reason, on one line."""
+    reason = r.get("reason")
+    reason = " ".join(reason.split()) if isinstance(reason, str) else ""
+    return f"{r['status']}: {reason}" if reason else str(r["status"])
+
+
+def _named(rows: pd.DataFrame, what: str) -> str:
+    """``<experiment>/<run_id> <what>`` for each row of a runs frame, ``{recorded}`` in
+    ``what`` replaced by the run's :func:`_recorded`."""
+    out = []
+    for r in rows.to_dict("records"):
+        where = f"{r['experiment']}/{r['run_id']}" if "experiment" in r else str(r["run_id"])
+        out.append(f"{where} {what.format(recorded=_recorded(r))}")
+    return "; ".join(out)
+
+
+def _stop(named: str) -> ReferenceRunError:
+    return ReferenceRunError(
+        f"reference run {named}; the failure thresholds are set from every reference BF16 "
+        'run and the protocol drops none (docs/study/frontier_protocol.md, "The reference"): '
+        "restore or repair it (a committed run: git checkout -- results/), then run again"
+    )
+
+
 def bf16_reference(runs: pd.DataFrame, reference: Reference = Reference()) -> pd.DataFrame:
     """The rows of ``runs`` (a :func:`fp8rl.analysis.load.runs_frame`) that are reference
     BF16 runs (:class:`Reference`), recorded done or pruned with at least one step (a run
     stopped by hand holds valid steps up to its stop), whatever their results version; never
-    a pilot seed's (the thresholds are not re-tuned on the pilot)."""
+    a pilot seed's (the thresholds are not re-tuned on the pilot); a run recorded failed is
+    not one. Never drops one silently: raises :class:`ReferenceRunError` naming each run
+    that is a reference run by its config, or whose config is unreadable, and is damaged,
+    running or pending (the thresholds would move without it)."""
     if runs.empty:
         return runs
 
     def col(key: str) -> pd.Series:
         return config_column(runs, key)
 
-    keep = (
-        runs["status"].isin(["done", "pruned"])
-        & ~pilot_seed(runs)
-        & runs["last_step"].notna()
-        & (col("task") == "train")
+    configs = [c for c in runs.columns if c.startswith("config.")]
+    unknown = ~runs[configs].notna().any(axis=1) if configs else runs["status"].notna()
+    by_config = ~pilot_seed(runs) & (
+        (col("task") == "train")
         & (col("granularity.training") == "bf16")
         & col("granularity.rollout").isna()
         & (col("clipping.mode") == "standard")
@@ -158,39 +212,13 @@ def bf16_reference(runs: pd.DataFrame, reference: Reference = Reference()) -> pd
         & (col("train.lr") <= reference.max_lr)
         & col("rollout.difficulties").map(lambda d: tuple(d) == reference.difficulties)
     )
+    status = runs["status"]
+    unread = (by_config & status.isin(_NOT_READ)) | (unknown & (status == "damaged"))
+    if unread.any():
+        raise _stop(_named(runs[unread], "is {recorded}"))
+    # a run stopped by its health monitor (or pruned) holds valid steps up to its stop
+    keep = by_config & status.isin(["done", "pruned", "stopped"]) & runs["last_step"].notna()
     return runs[keep].reset_index(drop=True)
-
-
-def surge_ratio(values: Sequence[float], window: int = 5) -> float:
-    """The largest trailing mean over its running minimum (module docstring); NaN values are
-    skipped, NaN without values."""
-    smooth = trailing_mean([float(v) for v in values if not math.isnan(float(v))], window)
-    worst, low = math.nan, math.inf
-    for v in smooth:
-        low = min(low, v)
-        if low > 0:
-            worst = max(v / low, worst) if not math.isnan(worst) else v / low
-    return worst
-
-
-def drawdown(values: Sequence[float]) -> float:
-    """The largest fall of ``values`` below their running maximum (0 if never; NaN without
-    values)."""
-    worst, peak = math.nan, -math.inf
-    for v in values:
-        peak = max(peak, v)
-        worst = max(peak - v, 0.0 if math.isnan(worst) else worst)
-    return worst
-
-
-def drawdown_quantile(
-    sd: float, n_evals: int, q: float = 0.99, draws: int = DRAWDOWN_DRAWS
-) -> float:
-    """The ``q``-quantile of :func:`drawdown` of ``n_evals`` independent N(0, sd^2) values
-    (seeded, ``draws`` samples)."""
-    x = np.random.default_rng(0).normal(0.0, sd, size=(draws, n_evals))
-    falls = np.maximum.accumulate(x, axis=1) - x
-    return float(np.quantile(falls.max(axis=1), q))
 
 
 def reference_statistics(
@@ -222,21 +250,6 @@ def reference_statistics(
     return pd.DataFrame(rows)
 
 
-@dataclass(frozen=True)
-class FailureThresholds:
-    """The three thresholds (module docstring) and what they came from."""
-
-    surge_factor: float
-    surge_window: int
-    garbled: float
-    drawdown: float
-    eval_noise_sd: float
-    n_evals: int
-    largest_surge_ratio: float
-    largest_garbled: float
-    largest_drawdown: float
-
-
 def failure_thresholds(
     stats: pd.DataFrame, *, n_evals: int, responses: int, window: int = 5
 ) -> FailureThresholds:
@@ -251,17 +264,13 @@ def failure_thresholds(
     if n == 0:
         raise ValueError("no reference run has three evaluations (two differences)")
     noise = math.sqrt(float(stats["diff_ss"].sum()) / n) / math.sqrt(2)
-    return FailureThresholds(
-        surge_factor=1 + 2 * (s - 1),
-        surge_window=window,
-        garbled=max(10 * g, 10 / responses),
-        drawdown=drawdown_quantile(noise, n_evals),
-        eval_noise_sd=noise,
-        n_evals=n_evals,
+    ref = ReferenceStats(
         largest_surge_ratio=s,
         largest_garbled=g,
+        eval_noise_sd=noise,
         largest_drawdown=float(stats["drawdown"].max()),
     )
+    return thresholds_from(ref, n_evals=n_evals, responses=responses, window=window)
 
 
 @dataclass(frozen=True)
@@ -273,44 +282,6 @@ class Failure:
     step: int | None
     endpoint: str | None
     until: int
-
-
-#: The failure endpoints, in the order ties at one step go (:func:`run_failure`).
-ENDPOINTS = ("surge", "garbled", "drawdown")
-
-
-def endpoint_steps(
-    entropy: Sequence[tuple[int, float]],
-    accuracy: Sequence[tuple[int, float]],
-    garbled: Sequence[tuple[int, float]],
-    thresholds: FailureThresholds,
-    until: int,
-) -> dict[str, int | None]:
-    """The first step at which each endpoint of :data:`ENDPOINTS` crosses its threshold up
-    to step ``until`` (None: it does not): the surge's start, the evaluation step of the
-    garbled share (after step 0) or of the drawdown. Curves as ``(step, value)`` pairs."""
-    steps: dict[str, int | None] = dict.fromkeys(ENDPOINTS)
-    ent = sorted((s, v) for s, v in entropy if s <= until and not math.isnan(v))
-    smooth = trailing_mean([v for _, v in ent], thresholds.surge_window)
-    low = math.inf
-    for (step, _), v in zip(ent, smooth, strict=True):
-        low = min(low, v)
-        if low > 0 and v > thresholds.surge_factor * low:
-            steps["surge"] = step
-            break
-    for step, v in sorted(garbled):
-        if 0 < step <= until and v > thresholds.garbled:
-            steps["garbled"] = step
-            break
-    peak = -math.inf
-    for step, v in sorted(accuracy):
-        if step > until:
-            break
-        peak = max(peak, v)
-        if peak - v > thresholds.drawdown:
-            steps["drawdown"] = step
-            break
-    return steps
 
 
 def run_failure(
@@ -340,6 +311,13 @@ FRONTIER_PROTOCOL = "docs/study/frontier_protocol.md"
 PILOT_RESULTS_VERSION = 6
 #: The committed experiments holding the reference BF16 runs (never the pilot's).
 REFERENCE_EXPERIMENTS = ("table2", "bf16_search")
+#: The protocol's reference, run by run (docs/study/frontier_protocol.md, "The reference":
+#: the Table-2 study's four BF16 seeds, the BF16 search's lr 3e-5, 5e-5 and 1e-4 runs):
+#: :func:`pilot_thresholds` needs every one of them.
+REFERENCE_RUNS: Mapping[str, tuple[str, ...]] = {
+    "table2": ("3685ed8ec68d10a3", "68dfff03f32871fd", "76137b1f08156d6a", "3e9144609ee95602"),
+    "bf16_search": ("8264001c5735b35e", "9f83076ec3ae9da6", "0be94586780039af"),
+}
 #: Held-out responses of one pilot evaluation: 1,200 items x 4 samples.
 PILOT_RESPONSES = 1200 * 4
 
@@ -441,7 +419,9 @@ PILOT_WORKERS = 2
 class PilotProgress:
     """How far the pilot has run: of the design's ``planned`` runs, how many are
     ``finished`` (judged: recorded done or pruned at the current results version), and the
-    run time recorded so far (every pilot run's last attempt, start to finish, summed), against
+    run time recorded so far (every attempt of every pilot run, summed:
+    :func:`fp8rl.analysis.load.run_seconds`; until the erratum of 2026-12-07 only each run's
+    last attempt was counted), against
     the cap of ``cap_hours`` with ``workers`` runs side by side. The protocol applies its rule
     once every run has finished or the cap is reached (``complete``); before that the pilot
     has no verdict."""
@@ -476,7 +456,9 @@ class PilotProgress:
         )
         return (
             f"{self.finished} of {self.planned} pilot runs finished; {self.run_hours:.1f} h "
-            f"of run time summed over the runs, {self.wall_hours:.1f} h with {self.workers} "
+            f"of run time summed over the runs and their attempts (a lower bound where an "
+            f"earlier attempt's time is not recorded: `run_seconds`), "
+            f"{self.wall_hours:.1f} h with {self.workers} "
             f"workers, of the protocol's {self.cap_hours:g}-hour cap ({state})"
         )
 
@@ -490,12 +472,13 @@ def pilot_progress(
     workers: int = PILOT_WORKERS,
 ) -> PilotProgress:
     """:class:`PilotProgress` from the pilot's :func:`~fp8rl.analysis.load.runs_frame`
-    (its ``wall_s``) and :func:`pilot_outcomes` (which runs are in the design and judged)."""
+    (its ``run_s``, every attempt) and :func:`pilot_outcomes` (which runs are in the design
+    and judged)."""
     finished = 0
     if len(outcomes):
         judged = outcomes[outcomes["in_design"].astype(bool) & outcomes["judged"].astype(bool)]
         finished = int(judged["run_id"].nunique())
-    seconds = pd.to_numeric(runs.get("wall_s", pd.Series(dtype=float)), errors="coerce")
+    seconds = pd.to_numeric(runs.get("run_s", pd.Series(dtype=float)), errors="coerce")
     return PilotProgress(
         design.planned_runs, finished, float(seconds.fillna(0).sum()) / 3600, cap_hours, workers
     )
@@ -509,22 +492,63 @@ def reference_thresholds(
     window: int = 5,
     experiments: Sequence[str] = REFERENCE_EXPERIMENTS,
     reference: Reference = Reference(),
+    expected: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[FailureThresholds, pd.DataFrame]:
     """The thresholds from the reference BF16 runs of ``experiments`` under ``source`` (the
     protocol's: never the pilot's), and the reference runs' statistics (with ``experiment``,
-    ``seed`` and ``lr`` columns) they came from."""
+    ``seed`` and ``lr`` columns) they came from. Raises :class:`ReferenceRunError` naming a
+    reference run that is damaged or unfinished (:func:`bf16_reference`), that has no
+    ``actor/entropy`` curve or no held-out evaluation, or, of the run ids ``expected``
+    names per experiment, one that is missing or not a reference run."""
     stats = []
     for experiment in experiments:
-        runs = bf16_reference(runs_frame(source, experiment), reference)
+        listed = runs_frame(source, experiment)
+        runs = bf16_reference(listed, reference)
+        _check_expected(source, experiment, listed, runs, (expected or {}).get(experiment, ()))
         if runs.empty:
             continue
         metrics = metrics_frame(source, experiment, runs, metrics=[ENTROPY])
         frame = reference_statistics(metrics, eval_frame(source, experiment, runs), window)
+        _check_read(runs, frame)
         lr = runs[["run_id", "seed"]].assign(lr=config_column(runs, "train.lr"))
         stats.append(frame.merge(lr, on="run_id").assign(experiment=experiment))
     table = pd.concat(stats, ignore_index=True) if stats else pd.DataFrame()
     found = failure_thresholds(table, n_evals=n_evals, responses=responses, window=window)
     return found, table
+
+
+def _check_expected(
+    source: RunStore | Path | str,
+    experiment: str,
+    listed: pd.DataFrame,
+    runs: pd.DataFrame,
+    expected: Sequence[str],
+) -> None:
+    """:class:`ReferenceRunError` naming each of the ``expected`` run ids that ``runs`` (the
+    reference runs of ``listed``, every run of ``experiment``) lacks."""
+    chosen = set(runs["run_id"]) if "run_id" in runs else set()
+    lacking = [run_id for run_id in expected if run_id not in chosen]
+    if not lacking:
+        return
+    there = listed[listed["run_id"].isin(lacking)] if "run_id" in listed else listed.iloc[:0]
+    named = [_named(there, "is not a reference BF16 run here ({recorded})")]
+    folder = as_store(source).root / experiment
+    found = set(there["run_id"]) if "run_id" in there else set()
+    named += [f"{experiment}/{i} is missing from {folder}" for i in lacking if i not in found]
+    raise _stop("; ".join(n for n in named if n))
+
+
+def _check_read(runs: pd.DataFrame, stats: pd.DataFrame) -> None:
+    """:class:`ReferenceRunError` naming each reference run (``runs``) that its
+    :func:`reference_statistics` (``stats``) could not read: no entropy curve, no held-out
+    evaluation."""
+    read = dict(zip(stats.get("run_id", []), stats.get("evals", []), strict=True))
+    entropy = runs[~runs["run_id"].isin(read)]
+    evals = runs[runs["run_id"].map(lambda run_id: read.get(run_id) == 0)]
+    named = [_named(entropy, f"has no {ENTROPY} curve")]
+    named += [_named(evals, "has no held-out evaluation (val-core/all/acc/mean@k)")]
+    if any(named):
+        raise _stop("; ".join(n for n in named if n))
 
 
 def pilot_thresholds(
@@ -533,12 +557,19 @@ def pilot_thresholds(
     *,
     responses: int = PILOT_RESPONSES,
     window: int = 5,
+    expected: Mapping[str, Sequence[str]] | None = REFERENCE_RUNS,
 ) -> dict[int, FailureThresholds]:
     """:func:`reference_thresholds` for each of the pilot's lengths (the drawdown threshold
-    for that length's evaluations: ``n = 11`` at 200 steps, 6 at 100, as the protocol says)."""
+    for that length's evaluations: ``n = 11`` at 200 steps, 6 at 100, as the protocol says),
+    from every run of the protocol's reference (``expected``: :data:`REFERENCE_RUNS`; a
+    damaged or missing one raises :class:`ReferenceRunError`, naming it)."""
     return {
         length: reference_thresholds(
-            source, n_evals=design.n_evals(length), responses=responses, window=window
+            source,
+            n_evals=design.n_evals(length),
+            responses=responses,
+            window=window,
+            expected=expected,
         )[0]
         for length in design.lengths
     }
@@ -592,7 +623,9 @@ def pilot_outcomes(
     )
     for r, (lr, temperature, sft) in zip(runs.itertuples(), settings, strict=True):
         setting = Setting(float(lr), float(temperature), int(sft))
-        judged = r.status in ("done", "pruned") and not r.stale and not pd.isna(r.last_step)
+        judged = (
+            r.status in ("done", "pruned", "stopped") and not r.stale and not pd.isna(r.last_step)
+        )
         in_design = design.in_design(r.arm, r.seed, setting)
         ent = _curve(metrics[(metrics["run_id"] == r.run_id) & (metrics["metric"] == ENTROPY)])
         ev = evals[(evals["run_id"] == r.run_id) & (evals["family"] == "all")]
@@ -954,3 +987,52 @@ def threshold_sensitivity(
             }
         )  # fmt: skip
     return pd.DataFrame(rows, columns=SENSITIVITY_COLUMNS)
+
+
+def as_printed(t: FailureThresholds) -> FailureThresholds:
+    """``t`` at the rounding the report prints (F to 3 decimals, G and D to 2 decimals of a
+    percent/point): the values a reader would re-apply."""
+    return replace(
+        t,
+        surge_factor=round(t.surge_factor, 3),
+        garbled=round(t.garbled, 4),
+        drawdown=round(t.drawdown, 4),
+    )
+
+
+#: The columns of :func:`rounding_moves`.
+ROUNDING_COLUMNS = [
+    "run_id", "arm", "seed", "length", "endpoint", "step", "step_as_printed", "first_moves",
+]  # fmt: skip
+
+
+def rounding_moves(
+    outcomes: pd.DataFrame,
+    metrics: pd.DataFrame,
+    evals: pd.DataFrame,
+    thresholds: Mapping[int, FailureThresholds],
+) -> pd.DataFrame:
+    """Where the printed rounding of the thresholds would change a reading (the erratum of
+    2026-12-07: the pilot applies them unrounded): per judged run and length of
+    ``outcomes``, each endpoint whose first step differs between ``thresholds`` and
+    :func:`as_printed` of them, and whether the run's first failure moves with it."""
+    rows = []
+    judged = outcomes[outcomes["judged"].astype(bool)] if len(outcomes) else outcomes
+    for r in judged.itertuples():
+        ent = _curve(metrics[(metrics["run_id"] == r.run_id) & (metrics["metric"] == ENTROPY)])
+        ev = evals[(evals["run_id"] == r.run_id) & (evals["family"] == "all")]
+        acc, gar = _curve(ev[ev["stat"] == "acc/mean"]), _curve(ev[ev["stat"] == "garbled/mean"])
+        exact, printed = thresholds[r.length], as_printed(thresholds[r.length])
+        a = endpoint_steps(ent, acc, gar, exact, r.length)
+        b = endpoint_steps(ent, acc, gar, printed, r.length)
+        first_a = run_failure(ent, acc, gar, exact, r.length)
+        first_b = run_failure(ent, acc, gar, printed, r.length)
+        moved = (first_a.step, first_a.endpoint) != (first_b.step, first_b.endpoint)
+        for name in ENDPOINTS:
+            if a[name] != b[name]:
+                rows.append({
+                    "run_id": r.run_id, "arm": r.arm, "seed": r.seed, "length": r.length,
+                    "endpoint": name, "step": a[name], "step_as_printed": b[name],
+                    "first_moves": moved,
+                })  # fmt: skip
+    return pd.DataFrame(rows, columns=ROUNDING_COLUMNS)

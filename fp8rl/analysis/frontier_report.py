@@ -49,6 +49,7 @@ from fp8rl.analysis.frontier import (
     pilot_outcomes,
     pilot_progress,
     point_outcomes,
+    rounding_moves,
     threshold_sensitivity,
 )
 from fp8rl.analysis.load import as_store, eval_frame, metrics_frame, runs_frame
@@ -136,6 +137,43 @@ def _thresholds_markdown(thresholds: Mapping[int, FailureThresholds]) -> str:
         for length, t in sorted(thresholds.items())
     ]
     return markdown_table(pd.DataFrame(rows))
+
+
+def _unrounded_lines(
+    thresholds: Mapping[int, FailureThresholds], moves: pd.DataFrame | None
+) -> list[str]:
+    """Erratum of 2026-12-07: the thresholds as applied (unrounded), and what their printed
+    rounding would move (:func:`fp8rl.analysis.frontier.rounding_moves`)."""
+    if not thresholds:
+        return []
+    first = thresholds[min(thresholds)]
+    ds = " / ".join(f"{100 * t.drawdown:.4f}" for _, t in sorted(thresholds.items()))
+    text = (
+        "The thresholds are applied unrounded, here and by the live health monitor "
+        f"(`fp8rl.rl.health`): F = {first.surge_factor:.6g}, G = {100 * first.garbled:.4f}%, "
+        f"D = {ds} points (by length, as above); the table prints them rounded "
+        "(erratum of 2026-12-07: said here once)."
+    )
+    if moves is None or moves.empty:
+        return [text + " Applied at their printed rounding, no reading moves.", ""]
+    listed = "; ".join(
+        f"`{m.run_id}` ({m.arm}, seed {m.seed}) at {m.length} steps: {m.endpoint} at step "
+        f"{'none' if pd.isna(m.step) else int(m.step)} -> "
+        f"{'none' if pd.isna(m.step_as_printed) else int(m.step_as_printed)}"
+        for m in moves.itertuples()
+    )
+    first_moves = bool(moves["first_moves"].any())
+    return [
+        text
+        + " Applied at their printed rounding, these endpoint steps would move: "
+        + listed
+        + (
+            "; a run's first failure moves with them."
+            if first_moves
+            else "; no run's first failure, and so no verdict, moves."
+        ),
+        "",
+    ]
 
 
 def _points_markdown(points: Sequence[PointOutcome], design: PilotDesign) -> str:
@@ -530,6 +568,7 @@ def write_pilot_report(
     points = point_outcomes(outcomes, design)
     links = loop_links(outcomes, metrics, evals, thresholds, design)
     sensitivity = threshold_sensitivity(runs, metrics, evals, thresholds, design)
+    moves = rounding_moves(outcomes, metrics, evals, thresholds)
     regime = choose_regime(outcomes, design) if len(runs) else None
     progress = pilot_progress(runs, outcomes, design)
     cpus = run_provenance(store, experiment).set_index("run_id")["cpu"].to_dict()
@@ -548,7 +587,7 @@ def write_pilot_report(
     lines = _report_lines(
         store.root.as_posix(), experiment, check, commands, regime, thresholds, points,
         outcomes, links, sensitivity, design, figures, progress, cpus,
-        has_runs=bool(len(runs)),
+        has_runs=bool(len(runs)), moves=moves,
     )  # fmt: skip
     atomic_write_text(out / "README.md", "\n".join(lines))
     logger.info("pilot report written to %s", out)
@@ -572,6 +611,7 @@ def _report_lines(
     cpus: Mapping[str, str],
     *,
     has_runs: bool,
+    moves: pd.DataFrame | None = None,
 ) -> list[str]:
     """The README's Markdown lines of :func:`write_pilot_report`."""
     lines = [
@@ -602,6 +642,7 @@ def _report_lines(
         "",
         _thresholds_markdown(thresholds),
         "",
+        *_unrounded_lines(thresholds, moves),
         "## The points (rules 1 and 2)",
         "",
         f"Each setting where BF16 and plain E4M3 ({design.plain}) both run, read at each "

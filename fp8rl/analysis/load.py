@@ -16,7 +16,8 @@ Three frames, all keyed by ``run_id``:
   table and figure reads those); ``engines`` names others, and a frame holding several
   engines is never averaged across them by accident: group by ``engine``.
 
-``runs_frame`` also carries ``wall_s``, each run's last attempt from start to finish.
+``runs_frame`` also carries ``wall_s``, each run's last attempt from start to finish, and
+``run_s``, its time over every attempt (:func:`run_seconds`).
 
 **Pilot seeds never reach a study table.** A pilot's seeds are :data:`FIRST_PILOT_SEED`
 and up (docs/study/frontier_protocol.md), disjoint from every study's. ``runs_frame`` lists
@@ -43,8 +44,9 @@ from typing import Any
 
 import pandas as pd
 
-from fp8rl.analysis.arms import arm_of
-from fp8rl.config import EVAL_ITEMS_PER_DIFFICULTY, RunConfig, stratified_counts
+from fp8rl.analysis.arms import arm_of, run_arm
+from fp8rl.config import RunConfig, stratified_counts
+from fp8rl.config.run import items_count
 from fp8rl.runs import (
     LM_EVAL_FILE,
     CorruptLogError,
@@ -53,6 +55,7 @@ from fp8rl.runs import (
     RunStore,
     read_step_log,
 )
+from fp8rl.runs.store import METRICS_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +70,7 @@ __all__ = [
     "items_label",
     "metrics_frame",
     "pilot_seed",
+    "run_seconds",
     "run_state",
     "runs_frame",
     "wall_seconds",
@@ -146,6 +150,32 @@ def wall_seconds(status: Mapping[str, Any]) -> float | None:
     return (end - start).total_seconds()
 
 
+def run_seconds(info: RunInfo) -> float | None:
+    """A run's wall time over every attempt (issue 50's erratum: :func:`wall_seconds` is the
+    last attempt's only). Where the store recorded every earlier attempt's time
+    (``earlier_attempts_s``, runs started since issue 50) their sum and the last's; where it
+    did not (older runs, or an attempt that crashed), a lower bound: the last attempt's time
+    and the step times (``timing_s/step``) of the steps the earlier attempts logged and the
+    run kept (up to ``resumed_from_step``; their evaluations and any steps they ran past it
+    are not in the logs). None without the last attempt's times."""
+    status = info.status_record
+    last = wall_seconds(status)
+    if last is None:
+        return None
+    earlier = status.get("earlier_attempts_s")
+    if isinstance(earlier, list) and all(isinstance(s, int | float) for s in earlier):
+        return last + float(sum(earlier))
+    resumed = status.get("resumed_from_step")
+    if not isinstance(resumed, int) or int(status.get("attempt") or 1) < 2:
+        return last
+    kept = 0.0
+    for record in read_step_log(info.path / METRICS_FILE).records:
+        if record["step"] <= resumed:
+            value = record["data"].get("timing_s/step")
+            kept += float(value) if isinstance(value, int | float) else 0.0
+    return last + kept
+
+
 def items_label(config: Mapping[str, Any]) -> str:
     """The held-out items an evaluation of this run config used (families, difficulties,
     counts per difficulty) and how they were sampled (greedy, or k at T).
@@ -173,22 +203,6 @@ def items_label(config: Mapping[str, Any]) -> str:
     )
 
 
-def items_count(config: Mapping[str, Any]) -> int | None:
-    """How many held-out items an evaluation of this run config answered (all families
-    together): ``eval.limit`` per family, or every item of ``eval.difficulties`` when the
-    limit is None; None when the config does not say (no families, or no limit and no
-    difficulties: a backend's own benchmarks)."""
-    ev = config.get("eval") or {}
-    limit, levels, families = ev.get("limit"), ev.get("difficulties"), ev.get("families")
-    if not isinstance(families, list | tuple) or not families:
-        return None
-    if isinstance(limit, numbers.Integral) and not isinstance(limit, bool):
-        return int(limit) * len(families)
-    if limit is None and isinstance(levels, list | tuple) and levels:
-        return EVAL_ITEMS_PER_DIFFICULTY * len(set(levels)) * len(families)
-    return None
-
-
 def _span(levels: list[int]) -> str:
     levels = sorted(levels)
     if len(levels) > 1 and levels == list(range(levels[0], levels[-1] + 1)):
@@ -203,7 +217,8 @@ def runs_frame(
     with a pilot's seed is unusable unless ``pilot_seeds`` (the pilot's own report)."""
     store = as_store(source)
     rows = []
-    for info in store.list_runs(experiment):
+    infos = store.list_runs(experiment)
+    for info in infos:
         record = info.to_record()
         seed = info.config.get("seed")
         usable = info.status is RunStatus.DONE and not info.stale
@@ -213,12 +228,13 @@ def runs_frame(
         record.update(
             state=state,
             usable=usable,
-            arm=arm_of(info.config),
+            arm=_arm(info, infos),
             seed=seed,
             planned_steps=_planned_steps(info.config),
             items=items_label(info.config),
             n_items=items_count(info.config),
             wall_s=wall_seconds(info.status_record),
+            run_s=run_seconds(info),
         )
         rows.append(record)
     frame = pd.DataFrame(rows)
@@ -227,6 +243,15 @@ def runs_frame(
             columns=["run_id", "status", "state", "usable", "arm", "seed", "last_step"]
         )
     return frame.sort_values(["arm", "seed", "run_id"], kind="stable").reset_index(drop=True)
+
+
+def _arm(info: RunInfo, infos: Sequence[RunInfo]) -> str:
+    """The run's arm; for a damaged run, the arm of the config it was run with, which an
+    edited ``config.yaml`` no longer says (:func:`fp8rl.analysis.arms.run_arm`)."""
+    if info.status is not RunStatus.DAMAGED:
+        return arm_of(info.config)
+    others = [i.config for i in infos if i is not info and i.status is not RunStatus.DAMAGED]
+    return run_arm(info.run_id, info.config, info.provenance.get("config_sha256"), others)
 
 
 def config_column(runs: pd.DataFrame, key: str) -> pd.Series:

@@ -40,7 +40,8 @@ class ClusterConfig:
         local head on this node (one-node runs).
     extra_overrides: verl ``main_ppo`` overrides appended verbatim after the harness's own
         (infrastructure only, e.g. ``actor_rollout_ref.rollout.max_num_seqs=512``). A key the
-        harness sets is refused: the run id would not see the change.
+        harness sets is refused: the run id would not see the change; so is one verl's
+        config does not compose with (checked before any run is registered).
     device: ``cuda`` (verl's GPU stack: vLLM rollouts) or ``cpu`` (``cluster=local_cpu``:
         verl's real trainer on this machine's CPU, fp8rl's CPU platform and CPU rollout
         server, ``fp8rl.verl_ext.cpu``; one trainer process, gloo).

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from fp8rl.config.cluster import ClusterConfig
 from fp8rl.config.run import RunConfig
+from fp8rl.rl.health import ENDPOINTS as HEALTH_ENDPOINTS
 
 if TYPE_CHECKING:
     from fp8rl.runs import RunStore
@@ -70,6 +71,12 @@ class RunRequest:
         resumes it); the tiny backend's only;
     rerun_failed: retry a run that failed before (resumed from its last checkpoint);
     rerun_damaged: run again from scratch a damaged run a plain re-run cannot repair;
+    stop_on: the health endpoints (``fp8rl.rl.health.ENDPOINTS``: ``surge``, ``garbled``,
+        ``drawdown``) that stop the run at the step they fire, checkpointed, status
+        ``stopped`` (every endpoint is watched and alerted on whatever this says);
+    rerun_stopped: continue a run its health monitor stopped even though ``stop_on`` still
+        names the endpoint that stopped it (without it, a re-run whose ``stop_on`` no longer
+        names that endpoint continues it);
     export_hf: also write a standard HF checkpoint into ``<run>/hf/step_<n>/`` at every
         evaluated step (a run already done exports the evaluated steps it kept);
     cluster: where a launching backend's run takes its GPUs (the verl backend's);
@@ -83,11 +90,19 @@ class RunRequest:
     max_steps_this_call: int | None = None
     rerun_failed: bool = False
     rerun_damaged: bool = False
+    stop_on: tuple[str, ...] = ()
+    rerun_stopped: bool = False
     export_hf: bool = False
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     on_step: StepHook | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "stop_on", tuple(self.stop_on))
+        unknown = [name for name in self.stop_on if name not in HEALTH_ENDPOINTS]
+        if unknown:
+            raise ValueError(
+                f"stop_on={list(self.stop_on)}: {unknown} not among {HEALTH_ENDPOINTS}"
+            )
         if not isinstance(self.resolved, ResolvedConfig):
             raise TypeError(
                 f"RunRequest.resolved is a {type(self.resolved).__name__}: a backend runs the "

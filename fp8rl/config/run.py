@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import numbers
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fp8rl.config.fields import ConfigError, check_fields, choice, is_late, like, num, num_list
 from fp8rl.numerics.registry import RecipeNames, recipe_decl
 from fp8rl.numerics.settings import BF16_COMPUTE, ActScale, RolloutQuantConfig, WeightScale
+from fp8rl.rl.health import eval_count
 from fp8rl.rl.settings import (
     ALGORITHMS,
     CLIPPING_MODES,
@@ -60,6 +63,8 @@ __all__ = [
     "RunConfig",
     "SFTSettings",
     "TrainSettings",
+    "evaluation_size",
+    "items_count",
     "leaf_fields",
     "override",
     "resolve",
@@ -660,3 +665,28 @@ def _get(cfg: Any, key: str) -> Any:
     for part in key.split("."):
         cfg = getattr(cfg, part)
     return cfg
+
+
+def items_count(config: Mapping[str, Any]) -> int | None:
+    """How many held-out items an evaluation of this run config answered (all families
+    together): ``eval.limit`` per family, or every item of ``eval.difficulties`` when the
+    limit is None; None when the config does not say (no families, or no limit and no
+    difficulties: a backend's own benchmarks)."""
+    ev = config.get("eval") or {}
+    limit, levels, families = ev.get("limit"), ev.get("difficulties"), ev.get("families")
+    if not isinstance(families, list | tuple) or not families:
+        return None
+    if isinstance(limit, numbers.Integral) and not isinstance(limit, bool):
+        return int(limit) * len(families)
+    if limit is None and isinstance(levels, list | tuple) and levels:
+        return EVAL_ITEMS_PER_DIFFICULTY * len(set(levels)) * len(families)
+    return None
+
+
+def evaluation_size(cfg: RunConfig) -> dict[str, int | None]:
+    """How a run is evaluated, as the health thresholds (``fp8rl.rl.health``) need it:
+    ``n_evals`` (step 0 included; at least 1) and ``responses`` per evaluation (items x k;
+    None when the config does not say, as for a verl run's own benchmarks)."""
+    n_evals = max(eval_count(cfg.steps, cfg.eval.every), 1)
+    items = items_count(cfg.to_dict())
+    return {"n_evals": n_evals, "responses": items * cfg.eval.k if items else None}

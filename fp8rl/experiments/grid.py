@@ -4,7 +4,9 @@
 
 - the run id (the store's hash of :func:`~fp8rl.experiments.dispatch.run_config`), and
   the action an invocation would take: ``start``, ``resume`` (from step n), ``skip`` (done),
-  ``failed`` (not retried without ``rerun_failed=true``), ``retry``, ``pruned``, ``stale``
+  ``failed`` (not retried without ``rerun_failed=true``), ``retry``, ``pruned``,
+  ``stopped`` (its health monitor stopped it and ``stop_on`` still names that endpoint:
+  not retried without ``rerun_stopped=true``), ``stale``
   (see below), ``damaged`` (files do not match what the run finished with, and a plain
   re-run cannot repair it: ``rerun_damaged=true`` re-runs it: ``rerun``), ``repair``
   (damaged, resumed from a checkpoint before the lost steps), ``restore`` (damaged files
@@ -58,6 +60,7 @@ from fp8rl.runs import (
     latest_checkpoint,
 )
 from fp8rl.runs.jsonl import read_step_log
+from fp8rl.runs.store import stopped_endpoint
 
 __all__ = [
     "COSTED_ACTIONS",
@@ -424,11 +427,19 @@ def compute_cap_error(cfg: DictConfig, costs: CostModel) -> ConfigError | None:
 
 
 def store_action(
-    info: RunInfo, steps: int, *, rerun_failed: bool = False, rerun_damaged: bool = False
+    info: RunInfo,
+    steps: int,
+    *,
+    rerun_failed: bool = False,
+    rerun_damaged: bool = False,
+    stop_on: Iterable[str] = (),
+    rerun_stopped: bool = False,
 ) -> tuple[str, int]:
     """(action, steps already done) for a run the store has a status record of: what an
     invocation would do with it (see the module's docstring). A live run's steps done are
-    its last logged step; a run started or resumed next counts from its latest checkpoint."""
+    its last logged step; a run started or resumed next counts from its latest checkpoint.
+    A run its health monitor stopped stays ``stopped`` while ``stop_on`` names the endpoint
+    that stopped it (unless ``rerun_stopped``), and is resumed otherwise."""
     if info.status is RunStatus.DAMAGED:
         return _damaged_action(info, rerun_damaged)
     if info.stale:
@@ -439,6 +450,9 @@ def store_action(
         return "pruned", 0
     if info.status is RunStatus.FAILED and not rerun_failed:
         return "failed", 0
+    if info.status is RunStatus.STOPPED and not rerun_stopped:
+        if stopped_endpoint(info.status_record) in set(stop_on):
+            return "stopped", 0
     if info.status is RunStatus.RUNNING and not info.crashed:
         return "running", min(info.last_step or 0, steps)
     # pending, crashed, or failed with rerun_failed: started or resumed next
@@ -511,7 +525,12 @@ def plan_resolved(
         if problem and strict:
             raise ConfigError(problem)
         action, done = store_action(
-            info, steps, rerun_failed=exp.rerun_failed, rerun_damaged=exp.rerun_damaged
+            info,
+            steps,
+            rerun_failed=exp.rerun_failed,
+            rerun_damaged=exp.rerun_damaged,
+            stop_on=exp.stop_on,
+            rerun_stopped=exp.rerun_stopped,
         )
     elif _has_stale(store, experiment, plain):
         action = "stale"

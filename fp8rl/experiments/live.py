@@ -59,6 +59,8 @@ from typing import Any
 
 import yaml
 
+from fp8rl.rl.health import Alert, alerts_in
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -287,6 +289,7 @@ class LiveLoggers:
         self._last_step = step
         if self.heldout is not None and self.heldout in numbers:
             self._last_heldout = (step, numbers[self.heldout])
+        alerts = alerts_in(step, numbers)
         rest, histograms = split_histograms(numbers)
         scalars = {live_tag(k): v for k, v in rest.items()}
         tags = {sign: f"logratio_hist/{sign}" for sign in histograms}
@@ -307,6 +310,8 @@ class LiveLoggers:
                     bucket_counts=list(hist.counts),
                     global_step=step,
                 )
+            for alert in alerts:  # the health monitor's alerts as text beside the curves
+                self._tb.add_text("health", alert.line(), global_step=step)
         if self._wandb is not None:
             import wandb
 
@@ -314,6 +319,22 @@ class LiveLoggers:
             for sign, hist in histograms.items():
                 row[tags[sign]] = wandb.Histogram(np_histogram=(list(hist.counts), hist.edges))
             self._wandb.log(row, step=step)
+            for alert in alerts:
+                self._wandb_alert(alert)
+
+    def _wandb_alert(self, alert: Alert) -> None:
+        """A W&B alert (an email or Slack message where the user set those up; offline,
+        W&B records nothing and says so in its own log)."""
+        import wandb
+
+        try:
+            self._wandb.alert(
+                title=f"{self.experiment}/{self.run_id}: {alert.endpoint}",
+                text=alert.line(),
+                level=wandb.AlertLevel.WARN,
+            )
+        except Exception as exc:  # an alert must never end the run
+            log.warning("W&B alert not sent: %s", exc)
 
     def _summary(self) -> dict[str, float | int]:
         out: dict[str, float | int] = {}

@@ -46,6 +46,7 @@ __all__ = [
     "mount_point",
     "progress_text",
     "size_text",
+    "stopped_line",
 ]
 
 EXIT_DONE = 0
@@ -119,6 +120,15 @@ def progress_text(ref: RunRef, info: RunInfo | None = None) -> str:
     else:
         where = f"checkpoint at step {checkpoint_step(checkpoint)}"
     return f"stopped after step {last}{of} ({where})"
+
+
+def stopped_line(ref: RunRef, reason: str, args: Sequence[str]) -> str:
+    """A run its health monitor stopped (``stop_on``): why, and the command that continues
+    it (a re-run whose ``stop_on`` no longer names that endpoint continues it too)."""
+    return (
+        f"run {ref.name} {reason} (stop_on); it is checkpointed there: continue it with: "
+        f"{command_line(args, 'rerun_stopped=true')}"
+    )
 
 
 def failed_line(ref: RunRef, reason: str, args: Sequence[str]) -> str:

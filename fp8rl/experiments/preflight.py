@@ -27,6 +27,7 @@ from fp8rl.experiments.outcome import mount_point, size_text
 from fp8rl.experiments.schema import ConfigError
 from fp8rl.experiments.sweeper import check_sweeper, launcher_workers
 from fp8rl.runs import EXPERIMENT_NAME_RULE, check_experiment_name, list_checkpoints
+from fp8rl.runs.store import MAX_EXPERIMENT_NAME
 
 __all__ = [
     "MULTIRUN_FLAGS",
@@ -127,6 +128,11 @@ def check_names(cfg: DictConfig) -> None:
         check_experiment_name(cfg.experiment_name)
     except ValueError:
         name = cfg.experiment_name
+        if isinstance(name, str) and len(name) > MAX_EXPERIMENT_NAME:
+            raise ConfigError(
+                f"experiment_name is {len(name)} characters long ({name[:24]!r}...): it "
+                f"names a directory, so it must be {EXPERIMENT_NAME_RULE}"
+            ) from None
         raise ConfigError(f"experiment_name={name!r} must be {EXPERIMENT_NAME_RULE}") from None
     check_dir("runs_dir", cfg.runs_dir, write=False)
     if cfg.get("cache_dir") is not None:

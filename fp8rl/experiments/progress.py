@@ -10,8 +10,9 @@ Display states: ``done``, ``running`` (a live process holds it), ``failed``, ``d
 (its files do not match what it finished with, or cannot be read: the reason says what to
 do; ``fp8rl.runs.store``), ``pending``
 (registered, interrupted, or crashed: the next invocation resumes it), ``pruned``,
-``stale`` (done under another results version), and ``not started`` for grid points with
-no directory yet (counted as pending). The remaining cost is the dry run's: the plan's points
+``stopped`` (its health monitor stopped it: ``stop_on``, ``fp8rl.rl.health``), ``stale``
+(done under another results version), and ``not started`` for grid points with no
+directory yet (counted as pending). The remaining cost is the dry run's: the plan's points
 planned again against the store as it is now (:meth:`~fp8rl.experiments.grid.GridPlan.now`:
 measured seconds per step of the whole ``runs_dir`` where the store has them, the base-model
 builds still missing counted once), so for a grid that has not started the status and the dry
@@ -61,7 +62,7 @@ __all__ = [
     "to_text",
 ]
 
-STATES = ("done", "running", "failed", "damaged", "pending", "pruned", "stale")
+STATES = ("done", "running", "failed", "damaged", "pending", "pruned", "stopped", "stale")
 
 
 def format_seconds(seconds: float | None) -> str:
@@ -258,11 +259,14 @@ def _stored_remaining_s(info: RunInfo, cfg: RunConfig, costs: CostModel) -> floa
 
 def summary_line(report: GridReport) -> str:
     """``exp: 3/8 done, 1 running, 0 failed, 4 pending, 0 pruned, 0 stale; elapsed 2m10s,
-    ETA 6m05s`` (``N damaged`` after ``failed`` when there are any)."""
+    ETA 6m05s`` (``N damaged`` after ``failed`` and ``N stopped`` after ``pruned`` when
+    there are any)."""
     c = report.counts
     total = len(report.rows)
     parts = [f"{c.get('done', 0)}/{total} done"] + [
-        f"{c.get(s, 0)} {s}" for s in STATES if s != "done" and (s != "damaged" or c.get(s))
+        f"{c.get(s, 0)} {s}"
+        for s in STATES
+        if s != "done" and (s not in ("damaged", "stopped") or c.get(s))
     ]
     return (
         f"{report.experiment}: {', '.join(parts)}; elapsed {format_seconds(report.elapsed_s)}, "
@@ -278,6 +282,7 @@ _STYLE = {
     "damaged": "bold red",
     "pending": "yellow",
     "pruned": "magenta",
+    "stopped": "bold magenta",
     "stale": "dim",
 }
 
@@ -332,7 +337,7 @@ def plan_table(plan: GridPlan, *, workers: int = 1) -> Table:
             action = f"resume from step {p.done_steps}"
         elif p.action == "duplicate":
             action = f"duplicate of #{p.duplicate_of}"
-        elif p.action in ("failed", "pruned", "damaged") and p.reason:
+        elif p.action in ("failed", "pruned", "stopped", "damaged") and p.reason:
             action = f"{p.action} ({p.reason[:40]})"
         table.add_row(
             str(p.index),

@@ -34,6 +34,7 @@ from fp8rl.config import ClusterConfig, ConfigError, RunConfig, check_fields, nu
 from fp8rl.config.run import MAX_STEPS
 from fp8rl.evaluation.settings import LmEvalSettings
 from fp8rl.experiments.live import LOGGERS
+from fp8rl.rl.health import ENDPOINTS as HEALTH_ENDPOINTS
 
 __all__ = [
     "RUNTIME_KEYS",
@@ -63,6 +64,13 @@ class ExperimentConfig(RunConfig):
     rerun_failed: retry runs that failed before (resumed from their last checkpoint).
     rerun_damaged: run again from scratch the damaged runs that a plain re-run cannot
         repair (their files are kept under ``<run>/repairs/``; docs/run_store.md).
+    stop_on: the health endpoints that stop a run at the step they fire (``surge``,
+        ``garbled``, ``drawdown``; ``fp8rl.rl.health``): checkpointed there, status
+        ``stopped``, exit 1; every endpoint is watched, logged (``fp8rl/health/*``) and
+        alerted on whatever this says. Not part of the run id: a run stopped and a run let
+        go are the same run up to the stop, so a re-run without the endpoint continues it.
+    rerun_stopped: continue runs their monitor stopped although ``stop_on`` still names
+        the endpoint that stopped them.
     max_steps_this_call: stop each run after this many steps in this invocation, leaving it
         pending (the next invocation resumes it).
     loggers: where each step's metrics also go, verl's ``trainer.logger`` names:
@@ -86,6 +94,8 @@ class ExperimentConfig(RunConfig):
     threads: int = num(1, ge=1, le=1024)  # torch threads of one run: more than any CPU's cores
     rerun_failed: bool = False
     rerun_damaged: bool = False
+    stop_on: list[str] = field(default_factory=list)
+    rerun_stopped: bool = False
     max_steps_this_call: int | None = num(
         None, ge=1, le=MAX_STEPS, null="run to the last step"
     )  # no run has more steps than MAX_STEPS
@@ -97,6 +107,9 @@ class ExperimentConfig(RunConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_fields(self)
+        wrong = [name for name in self.stop_on if name not in HEALTH_ENDPOINTS]
+        if wrong:
+            raise ConfigError(f"stop_on={self.stop_on}: {wrong} not among {list(HEALTH_ENDPOINTS)}")
         unknown = [name for name in self.loggers if name not in LOGGERS]
         if unknown:
             raise ConfigError(f"loggers={self.loggers}: {unknown} not among {list(LOGGERS)}")

@@ -238,7 +238,7 @@ class GridSweeper(Sweeper):
             failed += [
                 (r.state, f"{experiment}/{r.run_id} ({r.label}) {r.state}: {r.reason}")
                 for r in report.rows
-                if r.state in ("failed", "damaged")
+                if r.state in ("failed", "damaged", "stopped")
             ]
         return failed
 
@@ -311,7 +311,11 @@ class GridSweeper(Sweeper):
         lines = [line for _, line in failed]
         flags = [
             flag
-            for state, flag in (("failed", "rerun_failed=true"), ("damaged", "rerun_damaged=true"))
+            for state, flag in (
+                ("failed", "rerun_failed=true"),
+                ("damaged", "rerun_damaged=true"),
+                ("stopped", "rerun_stopped=true"),
+            )
             if any(s == state for s, _ in failed)
         ]
         by_overrides = {tuple(p.overrides): p for p in plan.points}

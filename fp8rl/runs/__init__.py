@@ -24,6 +24,7 @@ from fp8rl.runs.checkpoints import (
 )
 from fp8rl.runs.errors import (
     CorruptLogError,
+    RunIdentityError,
     RunLockedError,
     RunPruned,
     RunStoreError,
@@ -73,6 +74,7 @@ __all__ = [
     "Decision",
     "RngStreams",
     "Run",
+    "RunIdentityError",
     "RunInfo",
     "RunLockedError",
     "RunPruned",

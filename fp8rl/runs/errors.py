@@ -24,6 +24,13 @@ class RunLockedError(RunStoreError):
         )
 
 
+class RunIdentityError(RunStoreError):
+    """A run directory is not the run its files record: its name differs from the
+    ``run_id`` in its ``status.json`` or ``provenance.json`` (a renamed or copied run
+    folder), or two directories hold one run. Readers refuse the store rather than count
+    one run twice or under another name."""
+
+
 class CorruptLogError(RunStoreError):
     """A JSONL log has a malformed line that is not a torn last line."""
 

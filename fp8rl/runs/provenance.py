@@ -54,6 +54,17 @@ def _git(code_dir: Path, *args: str, ok: tuple[int, ...] = (0,)) -> str | None:
     return done.stdout if done.returncode in ok else None
 
 
+#: What the harness itself writes into the repository (``make reproduce-table2``: the
+#: studies' compact results and their reports): data, not code. A change there does not make
+#: a run's code dirty and is not part of its stored diff.
+DATA_PATHS = ("results", "docs/reports")
+
+
+def _code_pathspec() -> list[str]:
+    """The whole work tree but :data:`DATA_PATHS` (git pathspec magic, from the top)."""
+    return ["--", ":(top)", *(f":(top,exclude){path}" for path in DATA_PATHS)]
+
+
 #: The largest uncommitted diff a run stores beside its provenance (``code_diff``): 1 MiB,
 #: far above a source change (the Table-2 study's dirty trees differed by a few kB); a
 #: larger one is recorded by its hash only, with a warning.
@@ -63,10 +74,11 @@ MAX_DIFF_BYTES = 1 << 20
 def code_diff(code_dir: Path = DEFAULT_CODE_DIR) -> str | None:
     """The uncommitted change of the work tree at ``code_dir`` as one patch that ``git
     apply`` takes on the run's commit: ``git diff HEAD --binary`` plus every untracked file
-    git does not ignore (as a new-file diff). None when the tree is clean, not a git work
-    tree, or the patch exceeds :data:`MAX_DIFF_BYTES` (logged)."""
-    tracked = _git(code_dir, "diff", "HEAD", "--binary")
-    listed = _git(code_dir, "ls-files", "--others", "--exclude-standard", "-z")
+    git does not ignore (as a new-file diff), both outside :data:`DATA_PATHS`. None when the
+    tree is clean, not a git work tree, or the patch exceeds :data:`MAX_DIFF_BYTES`
+    (logged)."""
+    tracked = _git(code_dir, "diff", "HEAD", "--binary", *_code_pathspec())
+    listed = _git(code_dir, "ls-files", "--others", "--exclude-standard", "-z", *_code_pathspec())
     if tracked is None or listed is None:
         return None
     parts = [tracked]
@@ -97,7 +109,8 @@ def git_state(
     missing), or when ``tracked_file`` (relative to ``code_dir``) is not tracked
     there: fp8rl installed into a virtualenv that happens to sit inside some
     repository must not report that repository's commit. ``dirty`` counts
-    untracked files that git does not ignore.
+    untracked files that git does not ignore; changes under :data:`DATA_PATHS` are data,
+    not code, and count for neither.
     """
     state: dict[str, Any] = {"commit": None, "dirty": None, "diff_sha256": None, "root": None}
     root = _git(code_dir, "rev-parse", "--show-toplevel")
@@ -112,11 +125,11 @@ def git_state(
         return state
     state["root"] = root.strip()
     state["commit"] = commit.strip()
-    porcelain = _git(code_dir, "status", "--porcelain")
+    porcelain = _git(code_dir, "status", "--porcelain", *_code_pathspec())
     if porcelain is not None:
         state["dirty"] = bool(porcelain.strip())
         if state["dirty"]:
-            diff = _git(code_dir, "diff", "HEAD") or ""
+            diff = _git(code_dir, "diff", "HEAD", *_code_pathspec()) or ""
             state["diff_sha256"] = hashlib.sha256((diff + porcelain).encode()).hexdigest()
     return state
 

@@ -42,7 +42,7 @@ import os
 import re
 import shutil
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -67,7 +67,13 @@ from fp8rl.runs.checkpoints import (
     load_checkpoint,
     save_checkpoint,
 )
-from fp8rl.runs.errors import RunLockedError, RunPruned, RunStoreError, disk_full_error
+from fp8rl.runs.errors import (
+    RunIdentityError,
+    RunLockedError,
+    RunPruned,
+    RunStoreError,
+    disk_full_error,
+)
 from fp8rl.runs.ids import (
     RESULTS_VERSION,
     config_sha256,
@@ -113,8 +119,13 @@ DISK_FULL_ADVICE = "free space, then run the same command again to resume it"
 #: One path component: matched with ``fullmatch`` (``$`` would also match before a final
 #: newline, and a name ending in one would become a directory named with it).
 _EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=,-]*")
+#: The longest experiment name: a directory name may have 255 bytes on common file systems,
+#: and names made from it (verl's ``trainer.experiment_name``, ``<experiment>.<run id>``;
+#: the loggers' run names) add the run id.
+MAX_EXPERIMENT_NAME = 200
 EXPERIMENT_NAME_RULE = (
-    "one path component of letters, digits and ._+=,- (starting with a letter or digit)"
+    f"one path component of at most {MAX_EXPERIMENT_NAME} letters, digits and ._+=,- "
+    "(starting with a letter or digit)"
 )
 
 
@@ -124,12 +135,15 @@ class RunStatus(StrEnum):
     DONE = "done"
     FAILED = "failed"
     PRUNED = "pruned"
+    # stopped by its health monitor (``stop_on``, fp8rl.rl.health): checkpointed at the step
+    # an endpoint fired; not re-run while the same endpoint is in ``stop_on``
+    STOPPED = "stopped"
     # Never written to status.json: what a reader reports for a run whose files do not say
     # what they should (``RunInfo.reason`` says what is wrong, ``RunInfo.repair`` what to do).
     DAMAGED = "damaged"
 
 
-FINISHED = frozenset({RunStatus.DONE, RunStatus.FAILED, RunStatus.PRUNED})
+FINISHED = frozenset({RunStatus.DONE, RunStatus.FAILED, RunStatus.PRUNED, RunStatus.STOPPED})
 
 
 class Decision(StrEnum):
@@ -139,6 +153,7 @@ class Decision(StrEnum):
     STALE = "stale"
     FAILED = "failed"
     PRUNED = "pruned"
+    STOPPED = "stopped"  # stopped by its health monitor, and still asked to stop there
     DAMAGED = "damaged"  # damaged and not repairable without rerun_damaged=True
     REPAIR = "repair"  # damaged: resumed from a checkpoint before the lost steps
 
@@ -206,6 +221,32 @@ def cut_samples_after(samples: Path, step: int | None) -> list[Path]:
     return removed
 
 
+def check_run_identity(
+    path: Path, run_id: str, records: Mapping[str, Mapping[str, Any] | None]
+) -> None:
+    """:class:`RunIdentityError` unless every run id that ``records`` (a run directory's
+    ``status.json`` and ``provenance.json``, by file name; None where missing or unreadable)
+    hold is ``run_id``, the run ``path`` is read as (its name; for a ``.old-`` copy a killed
+    export left, its target's). A record without a ``run_id`` says nothing. A copy beside
+    the folder the id names is reported as two folders holding one run."""
+    for name, record in records.items():
+        recorded = (record or {}).get("run_id")
+        if recorded is None or str(recorded) == run_id:
+            continue
+        twin = path.parent / str(recorded)
+        if twin != path and twin.is_dir():
+            raise RunIdentityError(
+                f"{path} and {twin} both hold run {recorded} (the {name} of {path.name} "
+                "records it): a copied run folder would count twice; move the copy out of "
+                "the store"
+            )
+        raise RunIdentityError(
+            f"{path} is read as run {run_id}, but its {name} records run id {recorded} (a "
+            f"renamed or copied run folder): rename it back to {recorded} or move it out of "
+            "the store"
+        )
+
+
 def has_run_files(path: Path) -> bool:
     """Whether ``path`` holds a run's status or results (a directory holding only a config
     or a lock is a run that never started)."""
@@ -255,6 +296,45 @@ _RESULT_FILES = (
 )
 
 
+#: ``status.json``'s record of the run's health monitor (``fp8rl.rl.health``): the endpoints
+#: that fired (``{endpoint: {step, value, threshold}}``) and, for a stopped run, ``stopped``:
+#: ``{endpoint, step}``.
+HEALTH_KEY = "health"
+
+
+def stopped_endpoint(record: Mapping[str, Any]) -> str | None:
+    """The endpoint that stopped a ``stopped`` run (None for any other record)."""
+    if record.get("status") != RunStatus.STOPPED:
+        return None
+    stopped = (record.get(HEALTH_KEY) or {}).get("stopped") or {}
+    endpoint = stopped.get("endpoint")
+    return endpoint if isinstance(endpoint, str) else None
+
+
+def attempt_seconds(record: Mapping[str, Any]) -> float | None:
+    """The wall time of the attempt a status record describes: from its ``started_at`` to
+    its ``finished_at``, or for an attempt that ended without finishing (interrupted,
+    stopped by a full disk) to its last ``updated_at``; None for one that crashed (still
+    ``running``: when it died is not recorded) or a record without the times."""
+    if record.get("status") == RunStatus.RUNNING:
+        return None
+    try:
+        start = datetime.fromisoformat(record["started_at"])
+        end = datetime.fromisoformat(record.get("finished_at") or record["updated_at"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return max((end - start).total_seconds(), 0.0)
+
+
+def earlier_attempts(prior: Mapping[str, Any] | None) -> list[float | None]:
+    """``earlier_attempts_s`` of a new attempt's status: every attempt before it, each its
+    :func:`attempt_seconds` (None where it crashed), so a run's time over every attempt is
+    their sum and its last attempt's."""
+    if not prior or not prior.get("attempt"):
+        return []
+    return [*(prior.get("earlier_attempts_s") or []), attempt_seconds(prior)]
+
+
 def _status_of(record: Mapping[str, Any], path: Path) -> RunStatus:
     try:
         return RunStatus(record["status"])
@@ -264,8 +344,14 @@ def _status_of(record: Mapping[str, Any], path: Path) -> RunStatus:
 
 def check_experiment_name(experiment: str) -> None:
     """ValueError unless ``experiment`` is a name the store accepts: one path component of
-    letters, digits and ``._+=,-``, starting with a letter or digit (so no ``/``, no
-    ``..``, no absolute path, no whitespace or newline), the whole string."""
+    at most :data:`MAX_EXPERIMENT_NAME` letters, digits and ``._+=,-``, starting with a
+    letter or digit (so no ``/``, no ``..``, no absolute path, no whitespace or newline),
+    the whole string."""
+    if isinstance(experiment, str) and len(experiment) > MAX_EXPERIMENT_NAME:
+        raise ValueError(
+            f"experiment name {experiment[:24]!r}... is {len(experiment)} characters long: "
+            f"it must be {EXPERIMENT_NAME_RULE}"
+        )
     if not isinstance(experiment, str) or not _EXPERIMENT_NAME.fullmatch(experiment):
         raise ValueError(f"experiment name {experiment!r} must be {EXPERIMENT_NAME_RULE}")
 
@@ -395,6 +481,28 @@ class Run:
         record["finished_at"] = now if status in FINISHED else None
         atomic_write_json(self.path / STATUS_FILE, record)
         logger.info("%s/%s -> %s %s", self.experiment, self.run_id, status.value, reason)
+
+    def record_health(self, fired: Mapping[str, Mapping[str, Any]]) -> None:
+        """Record in ``status.json`` the health endpoints that fired (``{endpoint: {step,
+        value, threshold}}``, :data:`HEALTH_KEY`), keeping the status."""
+        self._require_lock("record the run's health")
+        record = self.status
+        health = dict(record.get(HEALTH_KEY) or {})
+        health["fired"] = {name: dict(what) for name, what in fired.items()}
+        record[HEALTH_KEY] = health
+        record["updated_at"] = _now()
+        atomic_write_json(self.path / STATUS_FILE, record)
+
+    def stop(self, step: int, endpoint: str, reason: str) -> None:
+        """End the run ``stopped`` by its health monitor at ``step`` (checkpoint that step
+        first): ``endpoint`` fired and ``stop_on`` named it."""
+        self._require_lock("stop the run")
+        record = self.status
+        health = dict(record.get(HEALTH_KEY) or {})
+        health["stopped"] = {"endpoint": endpoint, "step": step}
+        record[HEALTH_KEY] = health
+        atomic_write_json(self.path / STATUS_FILE, record)
+        self.mark(RunStatus.STOPPED, reason)
 
     def save_checkpoint(
         self, step: int, state: Mapping[str, Any], *, keep_last: int | None = 3
@@ -637,8 +745,15 @@ class RunStore:
         rerun_stale: bool = False,
         rerun_failed: bool = False,
         rerun_damaged: bool = False,
+        stop_on: Iterable[str] = (),
+        rerun_stopped: bool = False,
     ) -> Run:
         """Find or create the run of ``config`` and decide what the caller should do.
+
+        A run its health monitor stopped (``stopped``, :meth:`Run.stop`) is handed back as
+        ``stopped`` while the endpoint that stopped it is still in ``stop_on``, and resumed
+        from the checkpoint of that step otherwise (the detector off, or that endpoint no
+        longer stopping it) or with ``rerun_stopped``.
 
         A damaged run (:meth:`run_info` reports ``damaged``) is repaired when a plain re-run
         can (``restore``: files rewritten, then ``skip``; ``resume``: ``repair`` from a
@@ -651,6 +766,7 @@ class RunStore:
         run_id = self.run_id(plain)
         sha = config_sha256(plain)
         path = self.run_dir(experiment, run_id)
+        keep = frozenset() if rerun_stopped else frozenset(stop_on)
         if path.is_dir():
             info = self.run_info(experiment, run_id)
             if info.status is RunStatus.DAMAGED:
@@ -659,7 +775,7 @@ class RunStore:
 
         status = _read_json(path / STATUS_FILE)
         if status is not None:
-            decision = self._settled(path, status, sha, rerun_failed)
+            decision = self._settled(path, status, sha, rerun_failed, keep)
             if decision is not None:
                 return Run(experiment, run_id, path, plain, decision)
         elif not rerun_stale:
@@ -680,7 +796,7 @@ class RunStore:
         lock = RunLock(path)
         lock.acquire()
         try:
-            return self._take(experiment, run_id, path, plain, sha, lock, rerun_failed)
+            return self._take(experiment, run_id, path, plain, sha, lock, rerun_failed, keep=keep)
         except BaseException:
             lock.release()
             raise
@@ -826,9 +942,15 @@ class RunStore:
         return self.run_info(experiment, run_id)
 
     def _settled(
-        self, path: Path, status: Mapping[str, Any], sha: str, rerun_failed: bool
+        self,
+        path: Path,
+        status: Mapping[str, Any],
+        sha: str,
+        rerun_failed: bool,
+        keep: frozenset[str] = frozenset(),
     ) -> Decision | None:
-        """The decision for a run that needs no lock (finished), else None."""
+        """The decision for a run that needs no lock (finished), else None. ``keep``: the
+        endpoints that keep a stopped run stopped (:meth:`open_run`'s ``stop_on``)."""
         provenance = _read_json(path / PROVENANCE_FILE)
         if provenance is not None and provenance.get("config_sha256") != sha:
             raise RunStoreError(
@@ -842,6 +964,8 @@ class RunStore:
             return Decision.PRUNED
         if state is RunStatus.FAILED and not rerun_failed:
             return Decision.FAILED
+        if state is RunStatus.STOPPED and stopped_endpoint(status) in keep:
+            return Decision.STOPPED
         return None
 
     def _take(
@@ -854,12 +978,13 @@ class RunStore:
         lock: RunLock,
         rerun_failed: bool,
         plan: _Plan | None = None,
+        keep: frozenset[str] = frozenset(),
     ) -> Run:
         """With the lock held: start or resume the run, or hand it back if it finished
         meanwhile. ``plan``: a repair's checkpoint and note (the status is not read)."""
         prior = _read_json(path / STATUS_FILE) if plan is None else plan.prior
         if prior is not None and plan is None:
-            decision = self._settled(path, prior, sha, rerun_failed)
+            decision = self._settled(path, prior, sha, rerun_failed, keep)
             if decision is not None:
                 lock.release()
                 return Run(experiment, run_id, path, config, decision)
@@ -926,6 +1051,7 @@ class RunStore:
             "updated_at": now,
             "finished_at": None,
             "resumed_from_step": step,
+            "earlier_attempts_s": earlier_attempts(prior),
         }
         atomic_write_json(path / STATUS_FILE, record)
         decision = Decision.RESUME if checkpoint is not None else Decision.START
@@ -1015,6 +1141,8 @@ class RunStore:
     def _info_at(self, experiment: str, run_id: str, path: Path) -> RunInfo:
         try:
             return self._read_info(experiment, run_id, path)
+        except RunIdentityError:  # not this run, or one of two copies: refused, not damaged
+            raise
         except Exception as exc:  # one unreadable run never blocks a listing
             logger.debug("reading %s failed", path, exc_info=True)
             repair = Repair("rerun")
@@ -1037,6 +1165,7 @@ class RunStore:
         check = Check()
         status, problem = _try_json(path / STATUS_FILE)
         provenance, prov_problem = _try_json(path / PROVENANCE_FILE)
+        check_run_identity(path, run_id, {STATUS_FILE: status, PROVENANCE_FILE: provenance})
         if prov_problem:
             check.lose(None, prov_problem)
         config, config_sha = _read_config(path / CONFIG_FILE)

@@ -11,6 +11,7 @@ from fp8rl.config import ClusterConfig, RunConfig
 from fp8rl.config.request import ResolvedConfig, RunRequest
 from fp8rl.numerics.registry import recipe_decl
 from fp8rl.runs import RunStatus, RunSummary
+from fp8rl.runs.interrupts import sigterm_interrupts
 from fp8rl.tiny.settings import NAME, export_steps, resolve_config
 from fp8rl.world.bases import SHIPPED_DIR, base_model_key, default_cache_dir, sft_config
 from fp8rl.world.presets import get_preset
@@ -193,12 +194,14 @@ class TinyBackend:
         """Start, resume or skip the request's run (an RL run, or the noise probe); with
         ``export_hf`` an HF checkpoint at every evaluated step
         (``fp8rl.tiny.train.train_request``). ``cluster`` is not read: the tiny backend runs
-        in this process."""
-        if request.config_for(self.name).task == "noise_probe":
-            return self._probe(request)
-        from fp8rl.tiny.train import train_request  # torch: only a run needs it
+        in this process. SIGTERM is an interrupt like Ctrl-C
+        (:func:`fp8rl.runs.interrupts.sigterm_interrupts`): the run is left resumable."""
+        with sigterm_interrupts():
+            if request.config_for(self.name).task == "noise_probe":
+                return self._probe(request)
+            from fp8rl.tiny.train import train_request  # torch: only a run needs it
 
-        return train_request(request)
+            return train_request(request)
 
     def _probe(self, request: RunRequest) -> RunSummary:
         from fp8rl.tiny.noise import measure_noise  # torch: only a probe needs it

@@ -54,6 +54,7 @@ import torch
 
 from fp8rl.config import RunConfig
 from fp8rl.config.request import RunRequest, StepHook
+from fp8rl.config.run import evaluation_size
 from fp8rl.numerics import (
     apply_fp8_training,
     fast_paths_enabled,
@@ -79,6 +80,17 @@ from fp8rl.rl import (
     kl_to_reference_loss,
     masked_mean,
     shadow_clip_comparison,
+)
+from fp8rl.rl.health import (
+    ENTROPY,
+    PROBE_MISMATCH,
+    Alert,
+    HealthMonitor,
+    alert_metrics,
+    default_thresholds,
+    held_out,
+    report_alerts,
+    watch,
 )
 from fp8rl.rl.step_metrics import (
     DUMP_FORMAT,
@@ -672,14 +684,14 @@ def is_dump_step(cfg: RunConfig, step: int) -> bool:
 
 
 def log_step(
-    tr: Trainer, rec: StepRecord, timer: PhaseTimer
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Log the step's metrics, dump samples, evaluate on eval steps. Returns (training
-    metrics, this step's evaluation metrics or {})."""
+    tr: Trainer, rec: StepRecord, timer: PhaseTimer, monitor: HealthMonitor | None = None
+) -> tuple[dict[str, float], dict[str, float], list[Alert]]:
+    """Dump samples, evaluate on eval steps, watch the run's health, log the step's
+    metrics (the health values and alerts of the step and of its evaluation among them).
+    Returns (training metrics, this step's evaluation metrics or {}, the alerts raised)."""
     cfg, step = tr.cfg, rec.step
     metrics = step_metrics(tr, rec)
     metrics.update(timing_metrics(timer, rec))
-    tr.run.log_metrics(step, metrics)
     if is_dump_step(cfg, step):
         dump_samples(tr, rec)
     step_eval: dict[str, float] = {}
@@ -687,7 +699,24 @@ def log_step(
         step_eval = tr.evaluate(step)  # exports too, with export_hf
     elif tr.export_hf and step == cfg.steps:  # a run that never evaluates: its last step
         export_step(tr.model, tr.tokenizer, cfg, tr.run.path, step)
-    return metrics, step_eval
+    alerts: list[Alert] = []
+    if monitor is not None:
+        entropy = metrics.get(ENTROPY, float("nan"))
+        metrics.update(monitor.on_step(step, entropy, metrics.get(PROBE_MISMATCH)))
+        alerts += monitor.new
+        if step_eval:
+            metrics.update(monitor.on_eval(step, *held_out(step_eval)))
+            alerts += monitor.new
+        metrics.update(alert_metrics(alerts))
+    tr.run.log_metrics(step, metrics)
+    return metrics, step_eval, alerts
+
+
+def health_monitor(cfg: RunConfig, run: Run) -> HealthMonitor:
+    """The run's health monitor (:mod:`fp8rl.rl.health`): the frontier protocol's
+    thresholds for this run's evaluations (how many, of how many responses), fed the logs
+    a resumed run already has."""
+    return watch(run, default_thresholds(**evaluation_size(cfg)))
 
 
 def checkpoint(tr: Trainer, step: int, end: int) -> None:
@@ -755,15 +784,18 @@ def train_run(request: RunRequest, run: Run) -> RunSummary:
     cfg, on_step, limit = request.config_for(NAME), request.on_step, request.max_steps_this_call
     tr = set_up(cfg, run, request.cache_dir)
     tr.export_hf = request.export_hf
+    monitor = health_monitor(cfg, run)
     if cfg.eval.every and tr.start == 1:
-        tr.evaluate(0)  # the SFT base, as verl's val_before_train
+        base = tr.evaluate(0)  # the SFT base, as verl's val_before_train
+        monitor.on_eval(0, *held_out(base))
     end = cfg.steps if limit is None else min(cfg.steps, tr.start - 1 + limit)
     metrics: dict[str, float] = {}
     step = tr.start - 1
     with progress_bar(cfg.steps, "RL steps", initial=step) as bar:
         for step in range(tr.start, end + 1):
             timer = PhaseTimer()
-            metrics, step_eval = log_step(tr, train_step(tr, step, timer), timer)
+            metrics, step_eval, alerts = log_step(tr, train_step(tr, step, timer), timer, monitor)
+            report_alerts(run, monitor, alerts)
             try:  # progress display, or a search's pruner
                 if on_step is not None:
                     on_step(step, {**metrics, **step_eval})
@@ -771,6 +803,15 @@ def train_run(request: RunRequest, run: Run) -> RunSummary:
                 reason = f"pruned after step {step}: {stop.reason}"
                 run.mark("pruned", reason)  # no checkpoint of this step: never resumed
                 log.info("%r: %s", run, reason)
+                break
+            stopping = [a for a in alerts if a.endpoint in request.stop_on]
+            if stopping:  # the monitor's stop: checkpointed here, resumable without it
+                tr.run.save_checkpoint(
+                    step, tr.state.state_dict(), keep_last=cfg.train.keep_checkpoints
+                )
+                first = stopping[0]
+                run.stop(step, first.endpoint, f"stopped at step {step}: {first.line()}")
+                bar.update()
                 break
             checkpoint(tr, step, end)
             bar.update()
@@ -849,6 +890,8 @@ def train_request(request: RunRequest) -> RunSummary:
         cfg.to_dict(),
         rerun_failed=request.rerun_failed,
         rerun_damaged=request.rerun_damaged,
+        stop_on=request.stop_on,
+        rerun_stopped=request.rerun_stopped,
     ) as run:
         if not run.should_run:
             log.info("%r: nothing to do (%s)", run, run.decision.value)

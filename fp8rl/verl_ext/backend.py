@@ -15,14 +15,23 @@ from omegaconf import OmegaConf
 
 from fp8rl.config import ClusterConfig, ConfigError, RunConfig
 from fp8rl.config.request import ResolvedConfig, RunRequest
-from fp8rl.runs import RunStore, RunSummary
+from fp8rl.rl.health import HealthStop
+from fp8rl.runs import RunStore, RunStoreError, RunSummary
+from fp8rl.runs.jsonl import read_step_log
 from fp8rl.verl_ext.cost import CPU_OVERHEAD_S, MEAN_PROMPT_TOKENS, MEAN_RESPONSE_FRACTION, VerlCost
 from fp8rl.verl_ext.export import export_run, prune_checkpoints
 from fp8rl.verl_ext.hooks import HOOKS
-from fp8rl.verl_ext.launch import POLL_S, cpu_engine_problems, launch_problems, run_verl
+from fp8rl.verl_ext.launch import (
+    POLL_S,
+    cpu_engine_problems,
+    latest_verl_checkpoint,
+    launch_problems,
+    run_verl,
+)
 from fp8rl.verl_ext.presets import TINY_PRESETS, get_model, is_tiny
 from fp8rl.verl_ext.settings import NAME, resolve_config
 from fp8rl.verl_ext.translate import RunFiles, VerlLaunch, checkpoint_schedule, translate
+from fp8rl.verl_ext.verl_config import check_extra_overrides
 
 __all__ = ["VerlBackend"]
 
@@ -68,7 +77,8 @@ class VerlBackend:
     def check_runtime(self, cfg: RunConfig, exp: Any) -> None:
         """The experiment's runtime keys against the resolved ``cfg``: the cluster layout
         (vLLM tensor parallelism against the model's key-value heads, verl's mini-batch
-        against the data-parallel ranks) and the keys verl cannot honour."""
+        against the data-parallel ranks), the keys verl cannot honour, and that verl's own
+        config composes with ``cluster.extra_overrides``."""
         c: ClusterConfig = exp.cluster
         kv_heads = None if is_tiny(cfg.model.preset) else get_model(cfg.model.preset).kv_heads
         if kv_heads is not None and kv_heads % c.rollout_tp:
@@ -88,7 +98,8 @@ class VerlBackend:
                 "max_steps_this_call is the tiny backend's: verl runs to the last step and an "
                 "interrupted run resumes from verl's own newest checkpoint"
             )
-        self.launch(cfg, exp, Path(exp.runs_dir) / exp.experiment_name / "<run id>")
+        launch = self.launch(cfg, exp, Path(exp.runs_dir) / exp.experiment_name / "<run id>")
+        check_extra_overrides(launch.overrides, c.extra_overrides)  # verl composes them
 
     def check_launch(self, cfg: RunConfig, exp: Any) -> None:
         """ConfigError when ``cfg`` cannot be launched from here (``sweep.py`` asks before a
@@ -193,8 +204,14 @@ class VerlBackend:
                     f"run {experiment}/{run_id} cannot launch on the verl backend: "
                     + " | ".join(problems)
                 )
+        logged_before = _last_logged(store.run_dir(experiment, run_id) / "metrics.jsonl")
         with store.open_run(
-            experiment, cfg.to_dict(), rerun_failed=rerun_failed, rerun_damaged=rerun_damaged
+            experiment,
+            cfg.to_dict(),
+            rerun_failed=rerun_failed,
+            rerun_damaged=rerun_damaged,
+            stop_on=request.stop_on,
+            rerun_stopped=request.rerun_stopped,
         ) as run:
             if not run.should_run:
                 info = store.run_info(run.experiment, run.run_id)
@@ -203,11 +220,20 @@ class VerlBackend:
                 return RunSummary(run.run_id, run.path, run.decision.value, info.status.value,
                                   info.last_step, reason=run.reason or info.reason)  # fmt: skip
             first = (run.read_metrics().last_step or 0) + 1
-            last = run_verl(
-                run, cfg, launch, files, cluster,
-                on_step=request.on_step, python=self.python, poll_s=self.poll_s,
-                cache_dir=request.cache_dir,
-            )  # fmt: skip
+            try:
+                last = run_verl(
+                    run, cfg, launch, files, cluster,
+                    on_step=request.on_step, python=self.python, poll_s=self.poll_s,
+                    cache_dir=request.cache_dir, stop_on=request.stop_on,
+                    logged_before=logged_before,
+                )  # fmt: skip
+            except HealthStop as stop:  # verl is stopped; its newest checkpoint resumes it
+                alert, kept = stop.alert, latest_verl_checkpoint(files.checkpoints)
+                where = f"verl's newest checkpoint: step {kept}" if kept else "no checkpoint yet"
+                reason = f"stopped at step {alert.step}: {alert.line()} ({where})"
+                run.stop(alert.step, alert.endpoint, reason)
+                return RunSummary(run.run_id, run.path, run.decision.value, "stopped",
+                                  alert.step, first, reason=reason)  # fmt: skip
             if request.export_hf:  # the run is done: an export that fails leaves it done
                 export_run(cfg, files)
                 if checkpoint_schedule(cfg, export_hf=True)[1] is None:  # all kept for it
@@ -237,3 +263,12 @@ class VerlBackend:
         if status == "damaged":
             return rerun_damaged
         return True
+
+
+def _last_logged(path: Path) -> int | None:
+    """The last step a run had logged before this call (None: none, or a log the store
+    will find damaged and deal with itself)."""
+    try:
+        return read_step_log(path).last_step
+    except (OSError, ValueError, RunStoreError):
+        return None

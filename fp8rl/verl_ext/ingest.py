@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import re
 import statistics
 from collections.abc import Callable, Iterable
@@ -39,6 +40,16 @@ from pathlib import Path
 from typing import Any
 
 from fp8rl.rewards import is_correct_math_verify
+from fp8rl.rl.health import (
+    ENTROPY,
+    PROBE_MISMATCH,
+    Alert,
+    HealthMonitor,
+    HealthStop,
+    alert_metrics,
+    held_out,
+    report_alerts,
+)
 from fp8rl.rl.step_metrics import dump_rows
 from fp8rl.runs import Run, atomic_write_json, atomic_write_text
 from fp8rl.verl_ext.token_dump import DIRECTORY as TOKEN_DUMPS
@@ -233,6 +244,14 @@ class Ingestor:
     header: dict[str, Any] = field(default_factory=dict)
     on_step: Callable[[int, dict[str, Any]], None] | None = None
     remove_unkept_dumps: bool = True
+    #: the run's health monitor (``fp8rl.rl.health.watch``): each step's ``fp8rl/health/*``
+    #: values logged with it, alerts reported; an alert ``stop_on`` names raises
+    #: :class:`~fp8rl.rl.health.HealthStop` once its step is logged (nothing after it is)
+    monitor: HealthMonitor | None = None
+    stop_on: tuple[str, ...] = ()
+    #: steps a resumed run had logged before (the store cut its logs to re-ingest them from
+    #: verl's files): watched again without alert lines or stops, as a replay
+    quiet_until: int | None = None
     _last: int | None = None
     _dumped: set[int] = field(default_factory=set)
 
@@ -249,16 +268,49 @@ class Ingestor:
             if self._last is not None and step <= self._last:
                 continue
             train, evals = split_step(data)
+            alerts = self._watch(step, train, evals)
             if train and step > 0:
                 self.run.log_metrics(step, train)
             if evals:
                 self.run.log_eval(step, evals)
             self._last = step
             logged.append(step)
+            replayed = self.quiet_until is not None and step <= self.quiet_until
+            if self.monitor is not None and alerts:
+                if replayed:
+                    fired = self.monitor.fired
+                    self.run.record_health({name: a.to_record() for name, a in fired.items()})
+                else:
+                    report_alerts(self.run, self.monitor, alerts)
             if self.on_step is not None and step > 0:
                 self.on_step(step, {**train, **evals})
+            stopping = [a for a in alerts if a.endpoint in self.stop_on]
+            if stopping and not replayed:
+                raise HealthStop(stopping[0])
         self._dump_samples(sorted(steps), final)
         return logged
+
+    def _watch(self, step: int, train: dict[str, Any], evals: dict[str, Any]) -> list[Alert]:
+        """Feed the monitor one logged step (step 0: the base's evaluation, never judged);
+        its health values and alerts go into ``train``. The alerts raised."""
+        if self.monitor is None:
+            return []
+        alerts: list[Alert] = []
+        if step > 0 and train:
+            entropy = train.get(ENTROPY)
+            values = self.monitor.on_step(
+                step, math.nan if entropy is None else float(entropy), train.get(PROBE_MISMATCH)
+            )
+            alerts += self.monitor.new
+            train.update(values)
+        if evals:
+            values = self.monitor.on_eval(step, *held_out(evals))
+            alerts += self.monitor.new if step > 0 else []
+            if step > 0 and train:
+                train.update(values)
+        if step > 0 and train:
+            train.update(alert_metrics(alerts))
+        return alerts
 
     def _dump_samples(self, steps: list[int], final: bool) -> None:
         """Each finished dump step's ``samples/step_<n>.json``: fp8rl's actor's token dump

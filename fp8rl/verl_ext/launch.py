@@ -36,16 +36,18 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from fp8rl.config import ClusterConfig, ConfigError, RunConfig
+from fp8rl.config.run import evaluation_size
+from fp8rl.rl.health import default_thresholds, watch
 from fp8rl.runs import Run, RunStatus, atomic_write_json, atomic_write_text
+from fp8rl.runs.interrupts import Terminated, sigterm_interrupts
 from fp8rl.runs.lock import pid_alive, process_start_time
 from fp8rl.verl_ext.data import TRAIN_SET, check_data, prepare_verl_data
 from fp8rl.verl_ext.ingest import Ingestor, rotate_file_logger
@@ -93,12 +95,6 @@ TRL_CLASS = "AutoModelForCausalLMWithValueHead"
 #: id, its start time and host, for the next launch to stop what a killed launcher left.
 SESSION_FILE = "session.json"
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM reached the launcher while :func:`run_verl` ran: an interrupt like Ctrl-C
-    (verl and its Ray are stopped, the store leaves the run resumable, ``sweep.py`` ends
-    with its "interrupted" line)."""
 
 
 def gpu_stack_problems() -> list[str]:
@@ -336,25 +332,6 @@ def _die_with_launcher() -> Callable[[], None] | None:
     return preexec
 
 
-@contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM raises :class:`Terminated` inside the block (the main thread only, where
-    Python delivers signals); a second SIGTERM is ignored while the first is handled."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up runs to its end
-        raise Terminated(f"signal {signum} (SIGTERM)")
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 class _gone:
     """Ignore a process that exited already."""
 
@@ -385,15 +362,24 @@ def run_verl(
     python: str = sys.executable,
     poll_s: float = POLL_S,
     cache_dir: str | Path | None = None,
+    stop_on: tuple[str, ...] = (),
+    logged_before: int | None = None,
 ) -> int | None:
     """Run verl for the open ``run`` (it holds the store's lock) until it exits; returns the
     last step logged. Raises RuntimeError when verl exits non-zero or stops before the
     last step (the store marks the run failed; the next call resumes it from verl's newest
     checkpoint), ConfigError before anything starts when fp8rl's CPU engines cannot build
     the run (:func:`cpu_engine_problems`), and :class:`Terminated` on SIGTERM (the store
-    leaves the run resumable)."""
-    with _sigterm_interrupts():
-        return _run_verl(run, cfg, launch, files, cluster, on_step, python, poll_s, cache_dir)
+    leaves the run resumable). The run's health monitor watches each step as it is ingested
+    (``fp8rl.rl.health``); an alert that ``stop_on`` names stops verl and raises
+    :class:`~fp8rl.rl.health.HealthStop` once that step is logged; the steps up to
+    ``logged_before`` (what a resumed run had logged) are watched as a replay, without
+    alerts or stops."""
+    with sigterm_interrupts():  # verl and its Ray are stopped on the way out
+        return _run_verl(
+            run, cfg, launch, files, cluster, on_step, python, poll_s, cache_dir, stop_on,
+            logged_before,
+        )  # fmt: skip
 
 
 def _run_verl(
@@ -406,6 +392,8 @@ def _run_verl(
     python: str,
     poll_s: float,
     cache_dir: str | Path | None,
+    stop_on: tuple[str, ...] = (),
+    logged_before: int | None = None,
 ) -> int | None:
     stop_leftovers(files.verl_dir)  # before reading the checkpoints a leftover may write
     if cluster.device == "cpu":
@@ -437,6 +425,9 @@ def _run_verl(
             "source": "verl trainer.rollout_data_dir",
         },
         on_step=on_step,
+        monitor=watch(run, default_thresholds(**evaluation_size(cfg))),
+        stop_on=stop_on,
+        quiet_until=logged_before,
     )
     env = _environment(launch)
     session = files.verl_dir / SESSION_FILE

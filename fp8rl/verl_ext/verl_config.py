@@ -28,7 +28,19 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-__all__ = ["VerlConfigs", "build_verl_config", "compose_verl_config", "verl_config_dir"]
+__all__ = [
+    "VerlConfigs",
+    "build_verl_config",
+    "check_extra_overrides",
+    "compose_verl_config",
+    "verl_config_dir",
+]
+
+#: Whether verl's config composed with a launch's overrides, by the overrides' shape: the
+#: harness's keys (with their ``+``), then ``cluster.extra_overrides`` in full -> None, or
+#: Hydra's one-line error. A grid's points differ in the harness's values (seed, paths),
+#: which do not decide whether a key composes: no harness override picks a config group.
+_COMPOSED: dict[tuple[tuple[str, ...], tuple[str, ...]], str | None] = {}
 
 
 def verl_config_dir() -> Path:
@@ -61,6 +73,35 @@ def compose_verl_config(overrides: Sequence[str]) -> DictConfig:
 
     with _fresh_hydra(), initialize_config_dir(str(verl_config_dir()), version_base=None):
         return compose(config_name="ppo_trainer", overrides=list(overrides))
+
+
+def check_extra_overrides(overrides: Sequence[str], extra: Sequence[str]) -> None:
+    """ConfigError (one line) unless verl's config composes with a launch's ``overrides``,
+    whose last ones are ``extra`` (``cluster.extra_overrides``): a key verl does not have,
+    ``+key`` for one it has, a malformed override fail here, before any run is registered,
+    as they would fail ``main_ppo`` on the cluster. Nothing to check without ``extra`` (the
+    harness's own overrides compose: tests/verl_ext/test_verl_config.py). One composition
+    (about a second) per shape of the overrides (:data:`_COMPOSED`)."""
+    if not extra:
+        return
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from fp8rl.config import ConfigError
+
+    own = tuple(o.split("=", 1)[0] for o in overrides[: len(overrides) - len(extra)])
+    shape = (own, tuple(extra))
+    if shape not in _COMPOSED:
+        try:
+            compose_verl_config(overrides)
+            _COMPOSED[shape] = None
+        except (HydraException, OmegaConfBaseException, ValueError) as exc:
+            _COMPOSED[shape] = " ".join(str(exc).split())
+    if (problem := _COMPOSED[shape]) is not None:
+        raise ConfigError(
+            f"cluster.extra_overrides={list(extra)!r}: verl's config (ppo_trainer.yaml) "
+            f"refuses them: {problem}"
+        )
 
 
 @dataclass

@@ -149,3 +149,20 @@ def test_lm_eval_rows_are_read_only_when_asked_and_say_what_measured_them(store,
     only = eval_frame(store, "t2", runs, engines=["lm-eval/hf"])
     assert len(only) == 2 and len(both) == len(default) + 2
     assert set(default["precision"]) == {"rollout"}  # in-loop: the run's eval.precision
+
+
+def test_a_run_whose_config_yaml_was_edited_stays_on_its_own_arm(tmp_path):
+    """A hand-edited arm key makes the run damaged; the arm is still the one the run was run
+    as (the config that hashes to the run's recorded config), not the edited file's."""
+    store = RunStore(tmp_path / "runs")
+    for arm in ("BF16", "Blockwise FP8", "Blockwise FP8 + CC"):
+        add_run(store, "t2", arm, 0, scores=FAMILIES)
+    (cc,) = [i for i in store.list_runs("t2") if i.config["clipping"]["mode"] == "calibrated"]
+    config = cc.path / "config.yaml"
+    config.write_text(config.read_text().replace("training: blockwise", "training: rowwise"))
+    runs = runs_frame(store, "t2").set_index("run_id")
+    assert runs.loc[cc.run_id, "status"] == "damaged"
+    assert runs.loc[cc.run_id, "arm"] == "Blockwise FP8 + CC"
+    config.write_text("seed: 0\n")  # nothing left to tell the arm by: said, not guessed
+    runs = runs_frame(store, "t2").set_index("run_id")
+    assert runs.loc[cc.run_id, "arm"] == f"? (run {cc.run_id}: its config.yaml was changed)"

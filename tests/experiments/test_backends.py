@@ -26,7 +26,8 @@ def test_the_tree_composes_into_the_run_config_plus_runtime_keys() -> None:
     assert isinstance(exp, ExperimentConfig) and isinstance(exp, RunConfig)
     assert set(RUNTIME_KEYS) == {
         "experiment_name", "runs_dir", "cache_dir", "threads", "rerun_failed", "rerun_damaged",
-        "max_steps_this_call", "loggers", "export_hf", "lm_eval", "cluster",
+        "stop_on", "rerun_stopped", "max_steps_this_call", "loggers", "export_hf", "lm_eval",
+        "cluster",
     }  # fmt: skip
     assert type(run_config_of(exp)) is RunConfig
 
@@ -142,7 +143,7 @@ def test_the_run_request_carries_the_experiment_s_runtime_keys_of_its_names(tmp_
     composed run takes each such key's value, and ``changes`` go on top."""
     assert set(REQUEST_KEYS) == {
         "cache_dir", "max_steps_this_call", "rerun_failed", "rerun_damaged", "export_hf",
-        "cluster",
+        "cluster", "stop_on", "rerun_stopped",
     }  # fmt: skip
     others = {f.name for f in dataclasses.fields(RunRequest)} - set(REQUEST_KEYS)
     assert others == {"resolved", "store", "experiment", "on_step"}  # set by the caller
@@ -153,8 +154,12 @@ def test_the_run_request_carries_the_experiment_s_runtime_keys_of_its_names(tmp_
     request = r.request()
     assert request.resolved is r.resolved and request.resolved.backend == "tiny"
     assert (request.store.root, request.experiment) == (tmp_path, "req")
+
+    def frozen(value):  # a request is frozen: list-valued keys arrive as tuples
+        return tuple(value) if isinstance(value, list) else value
+
     assert {key: getattr(request, key) for key in REQUEST_KEYS} == {
-        key: getattr(r.experiment, key) for key in REQUEST_KEYS
+        key: frozen(getattr(r.experiment, key)) for key in REQUEST_KEYS
     }
     assert request.cluster.nnodes == 2 and request.on_step is None
 

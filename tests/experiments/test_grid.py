@@ -99,6 +99,7 @@ def test_actions_follow_the_store(tmp_path: Path) -> None:
         "damaged": 0,
         "pending": 2,
         "pruned": 1,
+        "stopped": 0,
         "stale": 0,
     }
     line = summary_line(report)

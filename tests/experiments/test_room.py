@@ -1,8 +1,8 @@
 """fp8rl.experiments is the entry-point room: it plans and launches runs through the backend
 protocol, so it imports the run config, the run store, the analysis room (the search's
 entropy-stability objective is ``fp8rl.analysis.curves``') and the evaluation room (the
-``lm_eval`` settings and the ``--eval`` stage), the log-ratio histogram's bin edges (the live
-loggers), but no backend (backends are
+``lm_eval`` settings and the ``--eval`` stage), the log-ratio histogram's bin edges and the
+health monitor's alerts (the live loggers), but no backend (backends are
 loaded by name from ``fp8rl.experiments.backends``' registry); nothing else in fp8rl
 imports it; it logs and returns, never prints or reads argv."""
 
@@ -21,6 +21,8 @@ ALLOWED = (
     # the log-ratio histograms' bin edges, for the live loggers' native histograms
     # (fp8rl.experiments.live imports it only once a run logs, when torch is loaded anyway)
     "fp8rl.rl.diagnostics",
+    # the health monitor's alerts (a TensorBoard text entry, a W&B alert): pure Python
+    "fp8rl.rl.health",
 )
 
 

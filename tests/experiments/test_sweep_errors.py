@@ -65,6 +65,9 @@ def tree(root: Path) -> dict[str, bytes]:
         (["experiment_name=foo/../../x"], "experiment_name='foo/../../x' must be one path", 1),
         (["experiment_name='foo\n'"], "experiment_name='foo\\n' must be one path", 1),
         (["--status", "experiment_name=.."], "experiment_name='..' must be one path", 1),
+        # a name longer than a directory name may be: refused before anything is created
+        ([f"experiment_name={'a' * 300}"], "experiment_name is 300 characters long", 1),
+        (["--dry-run", f"experiment_name={'a' * 300}"], "of at most 200 letters", 1),
         (["runs_dir={dangling}"], "runs_dir={dangling} is a dangling symlink ({dangling} ->", 0),
         (["runs_dir={dangling}/x"], "runs_dir={dangling}/x lies under a dangling symlink", 1),
         (["cache_dir={dangling}"], "cache_dir={dangling} is a dangling symlink", 1),
@@ -136,7 +139,8 @@ def test_a_grid_with_a_damaged_run_runs_the_others(tmp_path: Path, cache: Path) 
         torch.set_num_threads(threads)
     cut, restorable = paths
     raw = (cut / "metrics.jsonl").read_bytes()
-    (cut / "metrics.jsonl").write_bytes(raw[: len(raw) // 2])  # cut mid-file
+    last = raw.rstrip(b"\n").rfind(b"\n") + 1  # where the last line starts
+    (cut / "metrics.jsonl").write_bytes(raw[: last + 10])  # cut inside it, whatever its length
     (restorable / "config.yaml").unlink()
     damaged_files = tree(cut)
 

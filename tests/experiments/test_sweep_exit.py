@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -160,6 +161,25 @@ def test_ctrl_c_is_one_line_130_and_the_same_command_finishes(
     assert again.returncode == 0, again.stderr
     assert {i.status for i in store.list_runs("test")} == {RunStatus.DONE}
     assert len(store.list_runs("test")) == (2 if grid else 1)
+
+
+@pytest.mark.slow  # 20-30 s on 2 cores; the backend's own test is fast (tests/tiny)
+def test_sigterm_is_an_interrupt_one_line_130_and_the_run_resumable(
+    tmp_path: Path, cache: Path
+) -> None:
+    """What ``timeout`` and schedulers send, as Ctrl-C: not 143 with the run left running."""
+    args = [*where(tmp_path, cache), "steps=8", "train.checkpoint_every=1"]
+    checkpoint = tmp_path / "runs" / "test" / "*" / "checkpoints" / "step_*.pt"
+    stopped = sweep_interrupted(tmp_path, *args, once=checkpoint, sig=signal.SIGTERM)
+    assert stopped.returncode == 130, stopped.stdout[-3000:] + stopped.stderr
+    line = last_line(stopped)
+    assert "Traceback" not in stopped.stdout + stopped.stderr
+    (run,) = RunStore(tmp_path / "runs").list_runs("test")
+    assert run.status is RunStatus.PENDING and run.reason == "interrupted (Terminated)"
+    assert line.startswith(f"sweep.py: interrupted: run test/{run.run_id} stopped after step ")
+    assert line.endswith("; run the same command again to resume it")
+    dry = sweep(tmp_path, "--dry-run", *args)  # what the same command does now
+    assert dry.returncode == 0 and "1 grid points (1 resume)" in dry.stdout
 
 
 def test_an_interrupt_before_any_run_is_one_line_and_130(tmp_path: Path) -> None:

@@ -70,10 +70,15 @@ def sweep(
 
 
 def sweep_interrupted(
-    cwd: Path, *args: str, once: Path, timeout: float = 300
+    cwd: Path,
+    *args: str,
+    once: Path,
+    timeout: float = 300,
+    sig: signal.Signals = signal.SIGINT,
 ) -> subprocess.CompletedProcess:
-    """``python sweep.py <args>`` sent SIGINT (Ctrl-C) as soon as the file ``once`` (a
-    glob pattern's path, e.g. ``runs/test/*/metrics.jsonl``) exists and is not empty."""
+    """``python sweep.py <args>`` sent ``sig`` (SIGINT: Ctrl-C; SIGTERM: what ``timeout``
+    and schedulers send) as soon as the file ``once`` (a glob pattern's path, e.g.
+    ``runs/test/*/metrics.jsonl``) exists and is not empty."""
     proc = subprocess.Popen(
         _command(args, ""),
         cwd=cwd,
@@ -87,7 +92,7 @@ def sweep_interrupted(
     pattern = str(once.relative_to(once.anchor))
     while time.monotonic() < deadline and proc.poll() is None:
         if any(p.stat().st_size for p in Path(once.anchor).glob(pattern)):
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(sig)
             break
         time.sleep(0.02)
     out, err = proc.communicate(timeout=timeout)

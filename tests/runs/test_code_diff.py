@@ -69,3 +69,25 @@ def test_an_oversized_diff_is_kept_by_its_hash_only(repo: Path, monkeypatch) -> 
     (repo / "fp8rl" / "big.py").write_text("#" * 4096 + "\n")
     monkeypatch.setattr(provenance, "MAX_DIFF_BYTES", 1024)
     assert code_diff(repo) is None
+
+
+def test_data_the_harness_writes_is_not_code(repo: Path, tmp_path: Path) -> None:
+    """results/ and docs/reports/ (what make reproduce-table2 writes) change no run's code
+    state: a run after a reproduction on a clean clone is clean; a code change still counts."""
+    for folder in ("results/exp/abc", "docs/reports/exp"):
+        (repo / folder).mkdir(parents=True)
+        (repo / folder / "old.json").write_text("{}\n")
+    git(repo, "add", ".")
+    git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "data")
+    (repo / "results" / "exp" / "abc" / "old.json").write_text('{"rewritten": 1}\n')
+    (repo / "results" / "exp" / "new").mkdir()
+    (repo / "results" / "exp" / "new" / "metrics.jsonl").write_text("{}\n")
+    (repo / "docs" / "reports" / "exp" / "README.md").write_text("# report\n")
+    assert code_diff(repo) is None
+    store = RunStore(tmp_path / "runs", code_dir=repo)
+    with store.open_run("e", CONFIG) as run:
+        assert run.provenance["git"]["dirty"] is False
+        run.mark("done")
+    (repo / "fp8rl" / "__init__.py").write_text("VERSION = 3\n")
+    patch = code_diff(repo)
+    assert patch is not None and "VERSION = 3" in patch and "rewritten" not in patch

@@ -3,13 +3,16 @@ a base model shipped in data/base_models counted as no build."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
 
 from fp8rl.config import RunConfig, override
 from fp8rl.config.request import ResolvedConfig, RunRequest
-from fp8rl.runs import RunStore, list_checkpoints
+from fp8rl.runs import RunStatus, RunStore, list_checkpoints
 from fp8rl.tiny.backend import LOG_BYTES_PER_STEP, TinyBackend, TinyCost
 from fp8rl.tiny.train import train
 from fp8rl.world.sft import SHIPPED_DIR
@@ -82,3 +85,34 @@ def test_the_backend_resolves_into_its_own_type_and_runs_only_what_it_resolved(
     with pytest.raises(TypeError, match="resolved by the verl backend, not by tiny"):
         backend.run(foreign)
     assert not list(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_sigterm_interrupts_a_run_as_ctrl_c_does_and_leaves_it_resumable(
+    tmp_path: Path, cache: Path
+) -> None:
+    """What ``timeout`` and schedulers send: the run is left pending (resumable), not
+    running, and the interrupt reaches the caller (``sweep.py``: status 130)."""
+    backend, store = TinyBackend(), RunStore(tmp_path)
+    resolved = backend.resolve(quick(steps=3, **{"train.checkpoint_every": 1}))
+
+    def terminate(step: int, metrics: dict[str, float]) -> None:
+        if step == 2:  # step 1 is checkpointed
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the signal arrives first
+
+    def not_handled(*_: object) -> None:
+        raise AssertionError("SIGTERM reached the test: the backend did not handle it")
+
+    previous = signal.signal(signal.SIGTERM, not_handled)
+    try:
+        request = RunRequest(resolved, store, "t", cache_dir=cache, on_step=terminate)
+        with pytest.raises(KeyboardInterrupt):
+            backend.run(request)
+        assert signal.getsignal(signal.SIGTERM) is not_handled  # the backend's is removed
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    (info,) = store.list_runs("t")
+    assert (info.status, info.reason) == (RunStatus.PENDING, "interrupted (Terminated)")
+    assert info.last_step == 2
+    summary = backend.run(RunRequest(resolved, store, "t", cache_dir=cache))
+    assert (summary.decision, summary.status, summary.last_step) == ("resume", "done", 3)

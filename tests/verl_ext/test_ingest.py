@@ -178,3 +178,43 @@ def test_the_actors_token_dump_is_the_steps_sample_dump(tmp_path, monkeypatch, r
         assert json.loads((run.samples_dir / "step_00000002.json").read_text()) == token_dump
         text = json.loads((run.samples_dir / "step_00000001.json").read_text())
         assert text["samples"][0]["tokens"] == []  # verl's rollout dump: text only
+
+
+def test_the_health_monitor_watches_each_ingested_step_and_stops_at_an_alert(
+    tmp_path, monkeypatch, run_config
+):
+    """verl's steps go through the run's health monitor as they are ingested: health values
+    logged with each step, an alert that ``stop_on`` names raises HealthStop once its step
+    is logged (nothing after it); a resumed run's earlier steps replay without a stop."""
+    from fp8rl.rl.health import FailureThresholds, HealthMonitor, HealthStop
+
+    def monitor() -> HealthMonitor:
+        return HealthMonitor(FailureThresholds(
+            surge_factor=2.0, surge_window=1, garbled=0.5, drawdown=0.2, eval_noise_sd=0.0,
+            n_evals=3, largest_surge_ratio=1.5, largest_garbled=0.0, largest_drawdown=0.0,
+        ))  # fmt: skip
+
+    entropy = {1: 0.5, 2: 0.3, 3: 0.5, 4: 0.7, 5: 0.9}  # 0.7 > 2 x 0.3 at step 4
+    steps = {0: val_metrics(0.25)}
+    steps |= {s: {**train_metrics(s), "actor/entropy": e} for s, e in entropy.items()}
+    store = RunStore(tmp_path / "runs")
+    with store.open_run("test", run_config) as run:
+        files = RunFiles(run.path)
+        rotate_file_logger(files.verl_dir, files.file_logger, None)
+        log_like_verl(files.file_logger, monkeypatch, steps)
+        ingest = Ingestor(run, files.verl_dir, None, 0, 0, monitor=monitor(), stop_on=("surge",))
+        with pytest.raises(HealthStop) as stop:
+            ingest.poll()
+        assert (stop.value.alert.endpoint, stop.value.alert.step) == ("surge", 4)
+        records = run.read_metrics().records
+        assert [r["step"] for r in records] == [1, 2, 3, 4]  # step 5 not ingested
+        assert records[3]["data"]["fp8rl/health/alert/surge"] == 1.0
+        assert records[2]["data"]["fp8rl/health/surge_ratio"] == pytest.approx(0.5 / 0.3)
+        assert run.status["health"]["fired"]["surge"]["step"] == 4
+        run.mark("pending")
+    with store.open_run("test", run_config) as run:  # the store restarts it from verl's files
+        again = Ingestor(run, files.verl_dir, None, 0, 0, monitor=monitor(), stop_on=("surge",),
+                         quiet_until=4)  # fmt: skip
+        assert again.poll() == [0, 1, 2, 3, 4, 5]  # replayed past step 4, no stop
+        assert run.status["health"]["fired"]["surge"]["step"] == 4
+        run.mark("done")

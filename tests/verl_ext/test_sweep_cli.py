@@ -9,8 +9,9 @@ import shlex
 from pathlib import Path
 
 import pytest
-from sweep_cli import sweep
+from sweep_cli import sweep, sweep_here
 
+import fp8rl.verl_ext.backend as backend_module
 from fp8rl.verl_ext.verl_config import build_verl_config, compose_verl_config
 
 
@@ -53,6 +54,37 @@ def test_the_dry_run_prints_runnable_commands_and_verl_s_config(tmp_path) -> Non
     for argv in (found[0], found[-1]):  # BF16; blockwise FP8 + CC, as printed (env included)
         env = dict(w.split("=", 1) for w in argv[: argv.index("python")])
         build_verl_config(compose_verl_config(argv[argv.index("python") + 3 :]), env=env)
+
+
+@pytest.mark.parametrize("flags", [["--dry-run"], []], ids=["dry-run", "run"])
+def test_an_override_verl_does_not_have_is_refused_in_one_line_before_anything_is_written(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    flags: list[str],
+) -> None:
+    """verl's own config (ppo_trainer.yaml) composed with cluster.extra_overrides before any
+    run is registered: not a run recorded failed 40 s into verl, nor a Hydra traceback."""
+
+    def launched(*_: object, **__: object) -> None:
+        raise AssertionError("verl was launched")
+
+    monkeypatch.setattr(backend_module, "run_verl", launched)
+    runs = tmp_path / "runs"
+    out = sweep_here(
+        monkeypatch, capfd, *flags, "+experiment=test", "backend=verl", "model=tiny-test",
+        "cluster=local_cpu", 'cluster.extra_overrides=["trainer.nosuchkey=1"]',
+        f"runs_dir={runs}",
+    )  # fmt: skip
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("sweep.py: config error: ")
+    assert (
+        "cluster.extra_overrides=['trainer.nosuchkey=1']: verl's config (ppo_trainer.yaml) "
+        "refuses them: Could not override 'trainer.nosuchkey'. To append to your config use "
+        "+trainer.nosuchkey=1"
+    ) in line
+    assert out.stdout == "" and not runs.exists()
 
 
 @pytest.mark.slow  # the same refusal in process: test_backend.py (sweep's preflight)
