@@ -131,7 +131,10 @@ def _runs_table(runs: pd.DataFrame) -> str:
 
 
 def compute_line(runs: pd.DataFrame) -> str:
-    """The runs' summed wall time, as the report states it."""
+    """The runs' summed wall time, as the report states it: runs of another results version
+    (kept beside the current ones, reported stale) are not this report's runs."""
+    if "stale" in runs:
+        runs = runs[~runs["stale"].fillna(False).astype(bool)]
     walls = runs["wall_s"].dropna() if "wall_s" in runs else pd.Series(dtype=float)
     if walls.empty:
         return "no wall times recorded"

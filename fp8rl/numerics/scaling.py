@@ -149,10 +149,13 @@ def _multipliers(
 
 
 def _e8m0_multipliers(amax: torch.Tensor, fmt_max: float, emax: int) -> torch.Tensor:
-    """``2**(emax - floor(log2(amax)))``: the inverse of the MX shared scale, exactly."""
-    a = amax.float().clamp(min=AMAX_EPS)  # float32 amax is exact; NaN stays NaN
+    """``2**(emax - floor(log2(amax)))``: the inverse of the MX shared scale, exactly, for
+    every finite amax (OCP MX v1.0; no floor on amax: TorchAO's ``1e-12`` is the amax rule's,
+    not E8M0's). Below ``2**(-127 + emax)`` the E8M0 range clamps the shared exponent at
+    -127 (code 0x00); an all-zero group (amax 0, ``frexp`` exponent 0) quantises to zeros
+    under any multiplier."""
+    a = amax.float()  # float32 amax is exact, subnormals included; NaN stays NaN
     _, e = torch.frexp(a)  # a = m * 2**e, 0.5 <= m < 1: floor(log2(a)) = e - 1
-    # the E8M0 range clamp cannot bind for float32 amax (>= 2**-40 after the EPS clamp)
     shared = (e - 1 - emax).clamp_(E8M0_MIN_EXP, E8M0_MAX_EXP)
     mult = (127 - shared).int().bitwise_left_shift_(23).view(torch.float32)  # 2**-shared
     # non-finite amax as for the other rules: NaN stays NaN, inf gives 0 (group -> NaN)

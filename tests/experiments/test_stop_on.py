@@ -11,7 +11,7 @@ from fp8rl.experiments.compose import compose
 from fp8rl.runs import RunStore
 
 
-@pytest.mark.parametrize("experiment", [[], ["+experiment=test"], ["+experiment=table2_world"]])
+@pytest.mark.parametrize("experiment", [[], ["+experiment=table2_world"]])
 def test_stop_on_leaves_every_run_id_as_it_was(tmp_path, experiment) -> None:
     store = RunStore(tmp_path)
     plain = resolve_run(compose(experiment)).plain

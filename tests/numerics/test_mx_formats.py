@@ -335,3 +335,20 @@ def test_elements_module_imports_no_torch() -> None:
         "assert 'torch' not in sys.modules, 'elements.py imported torch'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize("fmt", [*MX, "e4m3"])
+def test_e8m0_follows_the_ocp_rule_for_every_amax_tiny_groups_included(fmt: str) -> None:
+    """Groups far below 1e-12 (TorchAO's amax floor, which the E8M0 rule once borrowed) get
+    OCP's shared exponent floor(log2(amax)) - emax, clamped to E8M0's [-127, 127], as the
+    scalar reference mx_shared_exponent does; an all-zero group stays zeros."""
+    amaxes = [2.0**-20, 2.0**-40 * 1.5, 2.0**-60, 2.0**-100 * 1.5, 2.0**-126, 2.0**-140]
+    x = torch.zeros(len(amaxes) + 1, 32)
+    for i, a in enumerate(amaxes):
+        x[i, 0], x[i, 1] = a, a / 2
+    scale = quantize(x, fmt, (1, 32), scale_rule="e8m0").scale[:, 0].double().tolist()
+    for i, a in enumerate(amaxes):
+        assert scale[i] == 2.0 ** mx_shared_exponent(a, fmt), (i, a)
+    fq = fake_quantize(x, fmt, (1, 32), scale_rule="e8m0")
+    assert fq[:, 0].tolist()[:4] == amaxes[:4]  # exact powers of two times a mantissa it holds
+    assert torch.equal(fq[-1], torch.zeros(32))
