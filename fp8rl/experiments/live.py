@@ -34,6 +34,11 @@ What a live logger receives, on top of the scalars:
   summary ``final/heldout_avg`` (the last held-out average logged), ``final/heldout_step``
   and ``final/step``.
 
+- **Health alerts.** A step whose values carry a health monitor's alert
+  (``fp8rl/health/alert/<endpoint>``, :mod:`fp8rl.rl.health`) also goes out as a TensorBoard
+  text entry ``health`` (the alert's console line) and a W&B alert (``run.alert``, level
+  WARN; offline, W&B records nothing).
+
 Writers:
 
 - ``tensorboard``: ``torch.utils.tensorboard.SummaryWriter`` writing to

@@ -40,7 +40,7 @@ included), so a 600-step run evaluated every 25 steps (25 evaluations) gets a la
 than a 200-step one. That extension past 200 steps is the rule's, not a measurement: the
 protocol did not run longer than 200 steps. The noise ``s`` was measured on evaluations of
 1,200 items x 4 samples; a run evaluated on fewer responses is noisier than ``s`` says and
-may see a drawdown alarm from noise alone (the monitor logs a warning when it starts).
+may see a drawdown alarm from noise alone (docs/analysis.md, *Run health*, says so).
 
 **Live** (:class:`HealthMonitor`): per training step the surge ratio and the rollout/trainer
 mismatch (the post-sync probe's mean absolute log-prob difference, logged by the trainer;
