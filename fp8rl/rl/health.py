@@ -410,6 +410,29 @@ class HealthMonitor:
                 self._fire("drawdown", step, fall, self.thresholds.drawdown)
         return out
 
+    def observe(
+        self, step: int, train: Mapping[str, float], evals: Mapping[str, float]
+    ) -> tuple[dict[str, float], list[Alert]]:
+        """One logged step as a trainer has it: its training metrics (``train``, empty: none)
+        and its evaluation's (``evals``, empty: none). Returns the ``fp8rl/health/*`` values
+        to log with the step, the alerts' :func:`alert_metrics` among them, and the alerts
+        raised (also :attr:`new`)."""
+        values: dict[str, float] = {}
+        alerts: list[Alert] = []
+        if train:
+            entropy = train.get(ENTROPY)
+            mismatch = train.get(PROBE_MISMATCH)
+            values.update(
+                self.on_step(step, math.nan if entropy is None else float(entropy), mismatch)
+            )
+            alerts += self.new
+        if evals:
+            values.update(self.on_eval(step, *held_out(evals)))
+            alerts += self.new
+        values.update(alert_metrics(alerts))
+        self.new = alerts
+        return values, alerts
+
     def replay(
         self,
         steps: Iterable[tuple[int, Mapping[str, float]]],

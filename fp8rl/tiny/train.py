@@ -82,11 +82,8 @@ from fp8rl.rl import (
     shadow_clip_comparison,
 )
 from fp8rl.rl.health import (
-    ENTROPY,
-    PROBE_MISMATCH,
     Alert,
     HealthMonitor,
-    alert_metrics,
     default_thresholds,
     held_out,
     report_alerts,
@@ -701,13 +698,8 @@ def log_step(
         export_step(tr.model, tr.tokenizer, cfg, tr.run.path, step)
     alerts: list[Alert] = []
     if monitor is not None:
-        entropy = metrics.get(ENTROPY, float("nan"))
-        metrics.update(monitor.on_step(step, entropy, metrics.get(PROBE_MISMATCH)))
-        alerts += monitor.new
-        if step_eval:
-            metrics.update(monitor.on_eval(step, *held_out(step_eval)))
-            alerts += monitor.new
-        metrics.update(alert_metrics(alerts))
+        values, alerts = monitor.observe(step, metrics, step_eval)
+        metrics.update(values)
     tr.run.log_metrics(step, metrics)
     return metrics, step_eval, alerts
 

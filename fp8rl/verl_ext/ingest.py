@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import re
 import statistics
 from collections.abc import Callable, Iterable
@@ -41,13 +40,9 @@ from typing import Any
 
 from fp8rl.rewards import is_correct_math_verify
 from fp8rl.rl.health import (
-    ENTROPY,
-    PROBE_MISMATCH,
     Alert,
     HealthMonitor,
     HealthStop,
-    alert_metrics,
-    held_out,
     report_alerts,
 )
 from fp8rl.rl.step_metrics import dump_rows
@@ -295,21 +290,9 @@ class Ingestor:
         its health values and alerts go into ``train``. The alerts raised."""
         if self.monitor is None:
             return []
-        alerts: list[Alert] = []
+        values, alerts = self.monitor.observe(step, train if step > 0 else {}, evals)
         if step > 0 and train:
-            entropy = train.get(ENTROPY)
-            values = self.monitor.on_step(
-                step, math.nan if entropy is None else float(entropy), train.get(PROBE_MISMATCH)
-            )
-            alerts += self.monitor.new
             train.update(values)
-        if evals:
-            values = self.monitor.on_eval(step, *held_out(evals))
-            alerts += self.monitor.new if step > 0 else []
-            if step > 0 and train:
-                train.update(values)
-        if step > 0 and train:
-            train.update(alert_metrics(alerts))
         return alerts
 
     def _dump_samples(self, steps: list[int], final: bool) -> None:
