@@ -37,6 +37,10 @@ lint: setup ## ruff check and format check
 reproduce-table2: setup ## Table 2 at tiny scale: run the grids (resumable), export to results/, write docs/reports/, print the table. Default: the six rows on the learning world, 30 steps. QUICK=1 (the pipeline check), SMALL=1 (the default before issue 46: 10 steps, clean base), MEDIUM=1 (50 steps, 9 arms), FULL=1 (the pre-registered study), SEEDS=0,1,2, BACKEND=verl CLUSTER=local_cpu (verl's trainer on this CPU; QUICK=1 only in reasonable time) (times: docs/analysis.md, measured)
 	$(PY) analysis/reproduce_table2.py $(if $(QUICK),--size quick,$(if $(FULL),--size full --jobs 2 --threads 1,$(if $(MEDIUM),--size medium,$(if $(SMALL),--size small --jobs 2 --threads 1,--size default --jobs 2 --threads 1)))) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(BACKEND),--backend $(BACKEND)) $(if $(CLUSTER),--cluster $(CLUSTER)) $(ARGS)
 
+.PHONY: study
+study: setup ## A declared study (studies/<NAME>/): make study NAME=table2_world [CMD=plan|status|run|report] [ARGS="--runs-dir runs"]; CMD defaults to status, NAME unset lists the studies
+	$(PY) -m fp8rl.study $(if $(NAME),$(or $(CMD),status) $(NAME),list) $(ARGS)
+
 .PHONY: report
 report: setup ## Rebuild a report folder from results/: make report ARGS="--experiment table2_default [--export-from runs]"
 	$(PY) analysis/report.py $(ARGS)

@@ -30,59 +30,22 @@ from fp8rl.analysis.study_report import StudySpec  # noqa: E402
 from fp8rl.config import ConfigError  # noqa: E402
 from fp8rl.experiments.backends import get_backend  # noqa: E402
 from fp8rl.experiments.preflight import preflight  # noqa: E402
+from fp8rl.study import load_study  # noqa: E402
 
-SCALE_NOTES = {
-    "quick": "**Size: quick** (the test preset: a 30-step SFT base that answers nothing, 2 RL "
-    "steps). It checks that the pipeline runs; its numbers mean nothing.",
-    "default": "**Size: default** (the paper's six Table-2 rows, one seed, 30 RL steps on the "
-    "learning world: the shipped slip base, tiny-s after 1200 SFT steps with half the SFT "
-    "solutions ending in a wrong last step, GRPO at lr 3e-5, eps 0.2, no DAPO filter, the BF16 "
-    "shadow forward on every step; held-out mean@4 at T = 1 on 50 items per family before and "
-    "after; `docs/tiny_backend.md`). What it can show: that RL learns here, in every arm (`RL "
-    "gain`, with its interval over the 400 items: item sampling only, one seed), and the "
-    "mechanism per arm on every step's tokens: how many negative-advantage tokens FP8 pushes "
-    "below the lower bound against the BF16 shadow on the same tokens (`fp8rl/shadow/*`, the "
-    "clip-share figure). What it cannot: an accuracy difference between arms (one seed; the "
-    "seed-to-seed spread is unmeasured here, and 400 items give each arm's score a standard "
-    "error of about 2 points), an entropy surge or garbling (30 steps), or Calibrated Clipping "
-    "moving a bound: it moves one only once 50 BF16 tail tokens have pooled over its 10 steps, "
-    "which at eps 0.2 30 steps may not reach: where the bounds figure is flat, the CC row "
-    "equals the blockwise row. No claim is decided here; the pre-registered study is "
-    "`make reproduce-table2 FULL=1` (on the Table-2 scale model, not on this world).",
-    "small": "**Size: small** (the default before issue 46; the paper's six Table-2 rows, one "
-    "seed, 10 RL steps on the "
-    "study's scale model: the shipped 1200-step tiny-s base, eps 0.08, the BF16 shadow forward "
-    "on every step; greedy held-out accuracy on 25 items per family before and after). What "
-    "it can show: the mechanism, per arm, on every step's tokens: how many negative-advantage "
-    "tokens FP8 pushes below the lower bound against the BF16 shadow on the same tokens "
-    "(`fp8rl/shadow/*`, the clip-share figure). What it cannot: any accuracy difference "
-    "between arms (one seed; 200 items give a standard error of about 3.5 points per arm; "
-    "10 steps barely move the base), the entropy surge or garbling (the 50-step study shows "
-    "neither). Calibrated Clipping moves a bound only once 50 BF16 tail tokens have pooled "
-    "over its 5 steps, which 10 steps may not reach: where the bounds figure is flat, the CC "
-    "row equals the blockwise row. No claim is decided here; the pre-registered study is "
-    "`make reproduce-table2 FULL=1`.",
-    "medium": "**Size: medium** (one seed, 50 RL steps on the 600-step tiny-s base, eps 0.2; "
-    "the default size before issue 28). One seed gives no intervals, so no claim is decided "
-    "here; the pre-registered study is `make reproduce-table2 FULL=1`.",
-    "full": "**Size: full**: the pre-registered Table-2 study (protocol: "
-    "`docs/study/table2_protocol.md`): the experiment/table2.yaml grid and the study's two "
-    "controls (lower-only CC and the CISPO loss on one granularity), paired by seed. The "
-    "paper's numbers below are another scale (an 8B model, eight math benchmarks): compare "
-    "directions, not magnitudes.",
-}
+
+def scale_note(size: str) -> str:
+    """The size's scale note: the prose of its study folder (studies/<experiment>/scale_note.md,
+    the one copy: the study room's report reads the same file)."""
+    return load_study(SIZES[size]).prose("scale_note.md")
 
 
 def report_texts(size: str, commands: list[str]) -> dict[str, object]:
     """The report's title, commands and scale note for a size (also `make report`'s, so both
     write the same README for the same results)."""
-    title = f"Table 2 at tiny scale ({size})"
-    if size == "full":
-        title = "Table 2 at tiny scale: the pre-registered study (full)"
     return {
-        "title": title,
+        "title": load_study(SIZES[size]).title,
         "commands": commands,
-        "scale_note": SCALE_NOTES[size],
+        "scale_note": scale_note(size),
         # one seed on the learning world: the BF16 gain's interval over the held-out items
         "item_intervals": size == "default",
     }

@@ -112,6 +112,11 @@ class Table2Plan:
     report_dir: Path
     commands: list[str]  # the user-facing commands that reproduce it
 
+    @property
+    def sweep_grids(self) -> tuple[tuple[str, ...], ...]:
+        """:attr:`grids` without their ``runs_dir`` (the study room sets its own)."""
+        return tuple(tuple(o for o in g if not o.startswith("runs_dir=")) for g in self.grids)
+
 
 def plan_table2(
     size: str = "default",

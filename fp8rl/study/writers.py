@@ -1,0 +1,258 @@
+"""Report writers: a study names one (``Study.writer``), the room calls it.
+
+* ``generic`` — any study (:func:`write_generic`): its endpoints per run and per arm (mean
+  over seeds with a 95% t-interval), its claims decided together
+  (:func:`fp8rl.analysis.claims.decide`), the held-out curve per arm, the protocol check,
+  code and hardware, the runs; prose from the folder's ``report.md``.
+* ``table2`` — the Table-2 report at any size (:func:`fp8rl.analysis.report.write_report`),
+  its title from the declaration, its scale note from the folder's ``scale_note.md``, its
+  commands and options from ``Study.options``.
+* ``learning_world`` — the learning-world search's readings
+  (:func:`fp8rl.analysis.learning_world.write_report`), its header from the folder's
+  ``report.md`` with the criterion's numbers filled in.
+
+A writer takes ``(study, source, out, protocol)``: the run store or ``results/`` folder, the
+report folder, and the protocol's ``(commit, ISO time)`` (None: not committed; the CLI reads
+it from git) and returns a :class:`Written`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from fp8rl.analysis.claims import ClaimVerdict, decide
+from fp8rl.analysis.endpoints import ENDPOINTS, METRICS, run_curves
+from fp8rl.analysis.figures import RC, Figure, save_figure
+from fp8rl.analysis.load import eval_frame, metrics_frame, runs_frame
+from fp8rl.analysis.stats import mean_ci
+from fp8rl.analysis.study_report import (
+    code_and_hardware,
+    protocol_check,
+    run_starts,
+)
+from fp8rl.analysis.tables import markdown_table
+from fp8rl.rl.health import default_thresholds
+from fp8rl.runs import RESULTS_VERSION, RunStore, atomic_write_text
+from fp8rl.study.declaration import Study, StudyError
+
+__all__ = ["WRITERS", "Written", "write_generic"]
+
+Protocol = tuple[str, str] | None
+
+
+@dataclass
+class Written:
+    """What a writer wrote: the README text, the verdicts (generic writer) and the runs."""
+
+    directory: Path
+    text: str
+    runs: pd.DataFrame
+    verdicts: list[ClaimVerdict] = field(default_factory=list)
+    summary: str = ""
+
+
+def _store(study: Study, source: Path) -> RunStore:
+    if not source.is_dir():
+        raise FileNotFoundError(f"no run store at {source}: run or export it first")
+    return RunStore(source, results_version=study.results_version or RESULTS_VERSION)
+
+
+def _fmt(value: float, scale: float) -> str:
+    return "" if math.isnan(value) else f"{scale * value:.2f}"
+
+
+def _interval(values: list[float], scale: float) -> str:
+    est = mean_ci(values)
+    if est.n == 0:
+        return ""
+    if est.n < 2:
+        return f"{scale * est.mean:.2f}"
+    return f"{scale * est.mean:.2f} [{scale * est.low:.2f}, {scale * est.high:.2f}]"
+
+
+def _curves_figure(curves: pd.DataFrame) -> Figure:
+    """Held-out accuracy per arm, mean over seeds, one line per arm."""
+    with plt.rc_context(RC):
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        for arm, d in curves.groupby("arm", sort=False):
+            mean = d.groupby("step")["value"].mean()
+            ax.plot(mean.index, mean.values, marker="o", ms=2, lw=1, label=str(arm))
+        ax.set_xlabel("RL step")
+        ax.set_ylabel("held-out accuracy (points)")
+        ax.legend()
+        fig.tight_layout()
+    caption = "Held-out accuracy (all families) per arm, mean over seeds."
+    return Figure("accuracy", fig, curves, caption)
+
+
+def write_generic(study: Study, source: Path, out: Path, protocol: Protocol) -> Written:
+    """The generic report (module docstring): ``README.md``, ``endpoints.csv`` (per run),
+    ``arms.csv`` (per arm), ``claims.csv`` and the accuracy figure."""
+    store = _store(study, source)
+    runs = runs_frame(store, study.experiment)
+    if runs.empty:
+        raise FileNotFoundError(
+            f"no runs of {study.experiment!r} under {store.root}: run the study first"
+        )
+    usable = runs[runs["usable"]] if "usable" in runs else runs
+    metrics = metrics_frame(store, study.experiment, usable, prefixes=METRICS)
+    evals = eval_frame(store, study.experiment, usable)
+    curves = run_curves(usable, metrics, evals)
+    rows = []
+    for _, run in usable.iterrows():
+        c = curves[run["run_id"]]
+        if "time_to_failure" in study.endpoints:
+            responses = int(run["n_items"]) * int(run.get("config.eval.n_samples") or 1)
+            th = default_thresholds(n_evals=max(len(c.accuracy), 1), responses=responses)
+            c = type(c)(c.run_id, c.steps, c.accuracy, c.garbled, c.metrics, th)
+        row = {"arm": run["arm"], "seed": int(run["seed"]), "run_id": run["run_id"]}
+        row.update({e: ENDPOINTS[e](c) for e in study.endpoints})
+        rows.append(row)
+    per_run = pd.DataFrame(rows, columns=["arm", "seed", "run_id", *study.endpoints])
+    values = {
+        (e, arm): dict(zip(d["seed"], d[e], strict=True))
+        for arm, d in per_run.groupby("arm", sort=False)
+        for e in study.endpoints
+    }
+    scales = {e: (ENDPOINTS[e].scale, ENDPOINTS[e].unit) for e in study.endpoints}
+    verdicts = decide(study.claims, values, alpha=study.alpha, scales=scales)
+    arms = pd.DataFrame(
+        [
+            {
+                "arm": arm,
+                "seeds": len(d),
+                **{e: _interval(list(d[e]), ENDPOINTS[e].scale) for e in study.endpoints},
+            }
+            for arm, d in per_run.groupby("arm", sort=False)
+        ]
+    )
+    claims = pd.DataFrame(
+        [
+            {
+                "claim": v.claim.name,
+                "statement": v.claim.statement,
+                "estimate (95%)": _interval_of(v, scales),
+                "p": "" if math.isnan(v.p) else f"{v.p:.3f}",
+                "p (Holm)": "" if math.isnan(v.p_holm) else f"{v.p_holm:.3f}",
+                "verdict": v.verdict,
+                "rule": v.rule,
+            }
+            for v in verdicts
+        ],
+        columns=["claim", "statement", "estimate (95%)", "p", "p (Holm)", "verdict", "rule"],
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    per_run.to_csv(out / "endpoints.csv", index=False, float_format="%.6f")
+    arms.to_csv(out / "arms.csv", index=False)
+    claims.to_csv(out / "claims.csv", index=False)
+    acc = evals[(evals["family"] == "all") & (evals["stat"] == "acc/mean")] if len(evals) else evals
+    data = acc.merge(usable[["run_id", "arm", "seed"]], on="run_id") if len(acc) else None
+    lines = [f"# {study.title}", ""]
+    lines += [
+        f"Generated by `python -m fp8rl.study report {study.name}` from `{source}` "
+        f"(experiment `{study.experiment}`); do not edit by hand.",
+        "",
+    ]
+    if study.protocol:
+        check = protocol_check(protocol, run_starts(store, study.experiment), study.protocol)
+        lines += [f"**Protocol.** {check.text}.", ""]
+    if study.folder is not None and (study.folder / "report.md").is_file():
+        lines += [study.prose("report.md"), ""]
+    lines += ["## Endpoints per arm", "", "Mean over seeds [95% t-interval]; "]
+    lines[-1] += "; ".join(
+        f"`{e}`: {ENDPOINTS[e].description} ({ENDPOINTS[e].unit})" for e in study.endpoints
+    )
+    lines += ["", markdown_table(arms), ""]
+    if study.claims:
+        lines += ["## Claims", "", markdown_table(claims), ""]
+    if data is not None and not data.empty:
+        figure = _curves_figure(data.assign(value=100 * data["value"]))
+        save_figure(figure, out / "figures")
+        lines += [f"![{figure.name}](figures/{figure.name}.png)", "", figure.caption, ""]
+    hardware = code_and_hardware(store, study.experiment)
+    lines += ["## Runs", "", markdown_table(runs[["arm", "seed", "run_id", "state"]]), ""]
+    if not hardware.empty:
+        lines += ["## Code and hardware", "", markdown_table(hardware), ""]
+    text = "\n".join(lines)
+    atomic_write_text(out / "README.md", text)
+    counts = pd.Series([v.verdict.split(":")[0] for v in verdicts]).value_counts()
+    summary = ", ".join(f"{n} {k}" for k, n in counts.items()) or "no claims"
+    return Written(out, text, runs, verdicts, f"{study.name}: {summary}")
+
+
+def _interval_of(v: ClaimVerdict, scales: dict[str, tuple[float, str]]) -> str:
+    scale = scales.get(v.claim.endpoint, (100.0, "points"))[0]
+    e = v.estimate
+    if e.n < 2:
+        return "" if e.n == 0 else f"{scale * e.mean:+.2f}"
+    return f"{scale * e.mean:+.2f} [{scale * e.low:+.2f}, {scale * e.high:+.2f}]"
+
+
+def write_table2(study: Study, source: Path, out: Path, protocol: Protocol) -> Written:
+    """The Table-2 report of :mod:`fp8rl.analysis.report` with the declaration's texts."""
+    from fp8rl.analysis.report import write_report
+    from fp8rl.analysis.study_report import StudySpec
+
+    opts = dict(study.options)
+    spec = StudySpec(protocol) if opts.get("preregistered") else None
+    report = write_report(
+        _store(study, source),
+        study.experiment,
+        out,
+        title=study.title,
+        commands=tuple(opts.get("commands", ())),
+        scale_note=study.prose("scale_note.md"),
+        paper=str(opts.get("paper", "table2")),
+        study=spec,
+        item_intervals=bool(opts.get("item_intervals", False)),
+    )
+    return Written(out, (out / "README.md").read_text(), report.runs, summary=report.summary_text())
+
+
+def write_learning_world(study: Study, source: Path, out: Path, protocol: Protocol) -> Written:
+    """The learning-world search's readings with the folder's ``report.md`` as header
+    (``{source}``, ``{gain}``, ``{gain_step}``, ``{horizon}``, ``{d_screen}``, ``{d_confirm}``
+    filled in)."""
+    from fp8rl.analysis import learning_world as lw
+
+    if not source.is_dir():
+        raise FileNotFoundError(f"no run store at {source}: run or export it first")
+    header = study.prose("report.md").format(
+        source=source,
+        gain=lw.GAIN,
+        gain_step=lw.GAIN_STEP,
+        horizon=lw.HORIZON,
+        d_screen=lw.drawdown_threshold(n_evals=lw.GAIN_STEP // lw.EVAL_EVERY + 1),
+        d_confirm=lw.drawdown_threshold(),
+    )
+    text = lw.write_report(source, study.experiment, out, header=header + "\n")
+    runs = runs_frame(source, study.experiment)
+    verdicts = [line for line in text.split("\n") if line.startswith("- ")]
+    return Written(out, text, runs, summary="\n".join(verdicts))
+
+
+Writer = Callable[[Study, Path, Path, Protocol], Written]
+#: The writers a declaration may name.
+WRITERS: dict[str, Writer] = {
+    "generic": write_generic,
+    "table2": write_table2,
+    "learning_world": write_learning_world,
+}
+
+
+def writer_of(study: Study) -> Writer:
+    try:
+        return WRITERS[study.writer]
+    except KeyError:
+        raise StudyError(
+            f"study {study.name}: unknown writer {study.writer!r} (known: {', '.join(WRITERS)})"
+        ) from None
