@@ -137,7 +137,8 @@ def main() -> int:
             make_test_runs(source, args.cache_dir)
         runs = runs_frame(source, args.experiment)
         pages = write_viewers(source, args.experiment, runs, Path(tmp) / "viewer")
-        plain = runs.loc[runs["arm"].str.endswith("FP8"), "run_id"]
+        fp8 = [arm.role == "plain" and arm.granularity is not None for arm in runs["arm_spec"]]
+        plain = runs.loc[fp8, "run_id"]
         run_id = args.run or (plain.iloc[0] if len(plain) else runs["run_id"].iloc[0])
         page = next(p.path for p in pages if p.path.stem == run_id)
         driver = start_chromium(width=1600, height=1000)

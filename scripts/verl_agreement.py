@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from fp8rl.runs.store import CONFIG_FILE, STATUS_FILE  # noqa: E402
 from fp8rl.verl_ext.agreement import ARMS, COMMON, CONTROL, VERL  # noqa: E402
 
 
@@ -39,7 +40,7 @@ def wall_s(run_dir: Path) -> float:
     """The run's own wall time (its status: started to finished), whenever it ran."""
     from datetime import datetime
 
-    status = json.loads((run_dir / "status.json").read_text())
+    status = json.loads((run_dir / STATUS_FILE).read_text())
     start, end = (datetime.fromisoformat(status[k]) for k in ("started_at", "finished_at"))
     return (end - start).total_seconds()
 
@@ -92,7 +93,7 @@ def main() -> None:
             export_experiment(base / side, "test", args.results / arm / side)
         checks = compare_runs(tiny, verl)
         control_failed = [c.name for c in failures(compare_runs(control, verl))]
-        config = yaml.safe_load((tiny / "config.yaml").read_text())
+        config = yaml.safe_load((tiny / CONFIG_FILE).read_text())
         g = config["granularity"]
         kwargs = {"block_size": g["block_size"]} if g.get("block_size") else {}
         dump = json.loads((verl / "samples" / "step_00000001.json").read_text())

@@ -29,7 +29,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from fp8rl.analysis.arms import granularity_of
 from fp8rl.analysis.load import config_column, metrics_frame, pilot_seed, runs_frame
 from fp8rl.runs import RunStore
 
@@ -53,31 +52,16 @@ def cc_runs(runs: pd.DataFrame) -> pd.DataFrame:
     seed's (:func:`fp8rl.analysis.load.pilot_seed`)."""
     if runs.empty:
         return runs.assign(granularity=pd.Series(dtype=str))
-    granularity = [granularity_of(_nested(r)) for r in runs.to_dict("records")]
-    runs = runs.assign(granularity=granularity)
+    runs = runs.assign(granularity=[arm.granularity for arm in runs["arm_spec"]])
+    full_cc = [arm.calibrated and not arm.lower_only for arm in runs["arm_spec"]]
     keep = (
         (runs["status"] == "done")
         & ~pilot_seed(runs)
         & runs["granularity"].notna()
-        & (config_column(runs, "clipping.mode") == "calibrated")
-        & ~config_column(runs, "clipping.lower_only").astype(bool)
+        & pd.Series(full_cc, index=runs.index, dtype=bool)
         & (config_column(runs, "clipping.loss") == "calibrated_clip")
     )
     return runs[keep].reset_index(drop=True)
-
-
-def _nested(record: dict[str, object]) -> dict[str, object]:
-    """The ``config.<dotted>`` columns of a runs_frame row as a nested config."""
-    out: dict[str, object] = {}
-    for key, value in record.items():
-        if not key.startswith("config."):
-            continue
-        node = out
-        *path, leaf = key.removeprefix("config.").split(".")
-        for part in path:
-            node = node.setdefault(part, {})  # type: ignore[assignment]
-        node[leaf] = value
-    return out
 
 
 def run_bounds(metrics: pd.DataFrame) -> pd.DataFrame:

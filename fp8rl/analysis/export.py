@@ -46,17 +46,18 @@ from fp8rl.runs import (
 from fp8rl.runs.atomic import recover_directories
 from fp8rl.runs.integrity import make_record
 from fp8rl.runs.jsonl import encode_record
+from fp8rl.runs.store import CONFIG_FILE, EVAL_FILE, METRICS_FILE, STATUS_FILE
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["DROPPED_METRICS", "EXPORTED_FILES", "ExportSummary", "export_experiment"]
 
 EXPORTED_FILES = (
-    "config.yaml",
-    "status.json",
+    CONFIG_FILE,
+    STATUS_FILE,
     "provenance.json",
-    "metrics.jsonl",
-    "eval.jsonl",
+    METRICS_FILE,
+    EVAL_FILE,
     LM_EVAL_FILE,  # lm-eval's rows, where the run has them (not its per-sample logs)
 )
 _FINAL = (RunStatus.DONE, RunStatus.FAILED, RunStatus.PRUNED)
@@ -92,7 +93,7 @@ def _contents(run_dir: Path, drop: tuple[str, ...]) -> dict[str, bytes]:
         path = run_dir / name
         if not path.exists():
             continue
-        if name == "metrics.jsonl" and drop:
+        if name == METRICS_FILE and drop:
             out[name] = b"".join(
                 encode_record(
                     r["step"], {k: v for k, v in r["data"].items() if not k.startswith(drop)}

@@ -5,7 +5,8 @@ Every function takes frames from :mod:`fp8rl.analysis.load` and returns a
 low, high, n`` and the like), so a test can check that what is drawn is what the data say
 and a notebook can show the numbers.
 
-**Panels** (:func:`arm_panels`, the paper's manner): one panel per training granularity
+**Panels** (:func:`arm_panels`, the paper's manner; where an arm goes is its
+:attr:`fp8rl.analysis.arms.Arm.panel`): one panel per training granularity
 holding BF16, the plain FP8 arm and FP8 + CC; one for the FP8 rollout with BF16 training;
 the controls (BF16 + CC, lower-only CC, other losses, other rollouts) in a panel of their
 own. BF16 is drawn in every panel as the reference. Curves are the mean over an arm's
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,9 +50,16 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from fp8rl.analysis.arms import TABLE2_ARMS
+from fp8rl.analysis.arms import (
+    CONTROLS,
+    DEFAULT_ROLLOUT,
+    ROLLOUT_PANEL,
+    TABLE2_ARMS,
+    Arm,
+    arms_by_label,
+)
 from fp8rl.analysis.curves import detect_surges
-from fp8rl.numerics.registry import RECIPES, RecipeDecl
+from fp8rl.numerics.registry import RECIPES
 
 __all__ = [
     "CONTROLS",
@@ -62,7 +70,6 @@ __all__ = [
     "accuracy_figure",
     "arm_curves",
     "arm_panels",
-    "arm_role",
     "arm_style",
     "bounds_figure",
     "clip_share_figure",
@@ -77,17 +84,12 @@ __all__ = [
     "smoothing_window",
 ]
 
-#: The panel of the arms outside the granularity panels.
-CONTROLS = "Controls"
-#: The panel of FP8 rollout + BF16 training.
-ROLLOUT_PANEL = "FP8 rollout"
 #: The least CIE L* difference between two arms of one panel (tested for the shipped arms).
 MIN_LIGHTNESS_GAP = 20.0
 #: The BF16 shadow's marker (a horizontal tick: no recipe's marker).
 SHADOW_MARKER = "_"
 #: The reference arm, drawn in every panel.
 REFERENCE = "BF16"
-_ROLLOUT_ARM = "FP8 rollout + BF16 training"
 
 #: role -> (which shade of the recipe, filled marker, line style); module docstring.
 _ROLE_LOOK: dict[str, tuple[str, bool, str]] = {
@@ -101,55 +103,6 @@ _ROLE_LOOK: dict[str, tuple[str, bool, str]] = {
 }
 
 
-@dataclass(frozen=True)
-class _ArmKind:
-    """Where an arm is drawn and how: its recipe, panel (None: every panel) and role."""
-
-    recipe: RecipeDecl
-    panel: str | None
-    role: str
-
-
-def _rollout_recipe(scaling: str) -> RecipeDecl:
-    """The FP8 recipe whose rollout scaling is ``scaling`` (blockwise's for ``block``)."""
-    for decl in RECIPES.values():
-        if decl.is_fp8 and decl.rollout == scaling:
-            return decl
-    return RECIPES["bf16"]
-
-
-def _kind(arm: str) -> _ArmKind:
-    """An arm label's recipe, panel and role (``fp8rl.analysis.arms.arm_of`` writes them)."""
-    cc = "+ CC" in arm
-    if arm.startswith(_ROLLOUT_ARM):
-        rest = arm[len(_ROLLOUT_ARM) :]
-        scaling = "block"
-        if rest.startswith(" (") and " rollout)" in rest:
-            scaling = rest[2 : rest.index(" rollout)")]
-        recipe = _rollout_recipe(scaling)
-        if rest in ("", " + CC (control)"):
-            return _ArmKind(recipe, ROLLOUT_PANEL, "rollout_cc" if cc else "rollout")
-        return _ArmKind(recipe, CONTROLS, "control_cc" if cc else "control")
-    for decl in sorted(RECIPES.values(), key=lambda d: -len(d.label)):
-        if arm == decl.label or arm.startswith(decl.label + " "):
-            rest = arm[len(decl.label) :]
-            if decl.name == "bf16":
-                if rest == "":
-                    return _ArmKind(decl, None, "reference")
-                role = "cc" if rest == " + CC (control)" else "control_cc" if cc else "control"
-                return _ArmKind(decl, CONTROLS, role)
-            if rest in ("", " + CC"):
-                return _ArmKind(decl, decl.style_family, "cc" if cc else "plain")
-            return _ArmKind(decl, CONTROLS, "control_cc" if cc else "control")
-    return _ArmKind(RECIPES["bf16"], CONTROLS, "control_cc" if cc else "control")
-
-
-def arm_role(arm: str) -> str:
-    """``reference`` (BF16), ``plain``, ``cc``, ``rollout``, ``rollout_cc``, ``control`` or
-    ``control_cc``: what an arm is in its panel (module docstring)."""
-    return _kind(arm).role
-
-
 def _panel_order(panel: str) -> tuple[int, str]:
     names = [d.style_family for d in RECIPES.values()]
     if panel in names:
@@ -157,22 +110,20 @@ def _panel_order(panel: str) -> tuple[int, str]:
     return len(names) + (panel == CONTROLS), panel
 
 
-def arm_panels(arms: Sequence[str]) -> dict[str, list[str]]:
-    """Panel title -> its arms, in drawing order (module docstring): granularity panels in
-    the registry's order, then the FP8 rollout, then the controls; BF16 first in each."""
-    ordered = _ordered(list(arms))
-    panels: dict[str, list[str]] = {}
-    for arm in ordered:
-        panel = _kind(arm).panel
-        if panel is not None:
-            panels.setdefault(panel, [])
-    reference = [a for a in ordered if _kind(a).panel is None]
+def arm_panels(arms: Iterable[Arm]) -> dict[str, list[str]]:
+    """Panel title -> its arms' labels, in drawing order (module docstring): granularity
+    panels in the registry's order, then the FP8 rollout, then the controls; BF16 first in
+    each."""
+    panel_of = {arm.label: arm.panel for arm in arms}
+    ordered = _ordered(list(panel_of))
+    panels = {panel_of[a] for a in ordered} - {None}
+    reference = [a for a in ordered if panel_of[a] is None]
     if not panels and reference:
-        panels[REFERENCE] = []
-    out = {}
-    for panel in sorted(panels, key=_panel_order):
-        out[panel] = reference + [a for a in ordered if _kind(a).panel == panel]
-    return out
+        panels = {REFERENCE}
+    return {
+        p: reference + [a for a in ordered if panel_of[a] == p]
+        for p in sorted(panels, key=_panel_order)
+    }
 
 
 RC = {
@@ -214,15 +165,14 @@ class Figure:
         return figure_png(self.fig)
 
 
-def arm_style(arm: str) -> dict[str, object]:
+def arm_style(arm: Arm) -> dict[str, object]:
     """Colour, marker and line style of an arm (module docstring), as ``Axes.plot``
     keywords."""
-    kind = _kind(arm)
-    shade, filled, linestyle = _ROLE_LOOK[kind.role]
-    color = kind.recipe.cc_shade if shade == "cc" else kind.recipe.color
+    shade, filled, linestyle = _ROLE_LOOK[arm.role]
+    color = arm.recipe.cc_shade if shade == "cc" else arm.recipe.color
     return {
         "color": color,
-        "marker": kind.recipe.marker,
+        "marker": arm.recipe.marker,
         "markerfacecolor": color if filled else "white",
         "linestyle": linestyle,
         "markevery": 0.1,
@@ -298,7 +248,7 @@ def arm_curves(
     return out.reset_index()
 
 
-def _draw_arm(ax: plt.Axes, d: pd.DataFrame, arm: str, *, band: bool = True) -> None:
+def _draw_arm(ax: plt.Axes, d: pd.DataFrame, arm: Arm, *, band: bool = True) -> None:
     """An arm's mean curve, its min–max band over seeds (two seeds or more) behind it."""
     d = d.sort_values("step")
     style = arm_style(arm)
@@ -308,7 +258,7 @@ def _draw_arm(ax: plt.Axes, d: pd.DataFrame, arm: str, *, band: bool = True) -> 
         ax.fill_between(
             d["step"], d["low"], d["high"], color=style["color"], alpha=0.15, linewidth=0
         )
-    ax.plot(d["step"], d["value"], label=arm, **style)
+    ax.plot(d["step"], d["value"], label=arm.label, **style)
 
 
 @dataclass(frozen=True)
@@ -323,13 +273,14 @@ class _Row:
 def _panel_grid(
     rows: Sequence[_Row],
     panels: dict[str, list[str]],
+    arms: Mapping[str, Arm],
     title: str,
     *,
     extra: Callable[[int, str, plt.Axes], None] | None = None,
     extra_handles: Sequence[Line2D] = (),
 ) -> tuple[plt.Figure, list[list[plt.Axes]]]:
-    """A grid of ``rows`` x ``panels`` axes (each panel's arms drawn from its row's data),
-    one legend below; ``extra(row, panel, ax)`` draws more on an axis."""
+    """A grid of ``rows`` x ``panels`` axes (each panel's arms, ``arms[label]``, drawn from
+    its row's data), one legend below; ``extra(row, panel, ax)`` draws more on an axis."""
     names = list(panels) or [REFERENCE]
     fig, grid = plt.subplots(
         len(rows),
@@ -345,7 +296,7 @@ def _panel_grid(
             for arm in panels.get(panel, []):
                 d = row.data[row.data["arm"] == arm]
                 if not d.empty:
-                    _draw_arm(ax, d, arm, band=row.band)
+                    _draw_arm(ax, d, arms[arm], band=row.band)
             if extra is not None:
                 extra(i, panel, ax)
             if i == 0:
@@ -378,12 +329,10 @@ def _legend(
     fig.tight_layout(rect=(0, bottom, 1, 1))
 
 
-def _panels_of(*frames: pd.DataFrame) -> dict[str, list[str]]:
-    arms = set()
-    for frame in frames:
-        if not frame.empty:
-            arms |= set(frame["arm"])
-    return arm_panels(sorted(arms))
+def _panels_of(arms: Mapping[str, Arm], *frames: pd.DataFrame) -> dict[str, list[str]]:
+    """The panels of the arms in ``frames`` (labels; ``arms`` says what each is)."""
+    labels = set().union(*(set(f["arm"]) for f in frames if not f.empty))
+    return arm_panels(arms[a] for a in sorted(labels))
 
 
 _BAND = "line: mean over seeds; band: lowest to highest seed"
@@ -402,7 +351,8 @@ def entropy_figure(
     shaded and their peaks marked. Second row: each arm's mean minus BF16's."""
     data = arm_curves(runs, metrics, "actor/entropy", smooth=smooth)
     raw = data if smooth <= 1 else arm_curves(runs, metrics, "actor/entropy")
-    panels = _panels_of(data)
+    arms = arms_by_label(runs)
+    panels = _panels_of(arms, data)
     surges = []
     for arm in _ordered(list(raw["arm"].unique())):
         d = raw[raw["arm"] == arm].sort_values("step")
@@ -418,7 +368,7 @@ def entropy_figure(
             return
         for s in surges:
             if s["arm"] in panels.get(panel, []):
-                color = arm_style(s["arm"])["color"]
+                color = arm_style(arms[s["arm"]])["color"]
                 ax.axvspan(s["start_step"], s["end"], color=color, alpha=0.08)
                 ax.annotate(
                     "surge",
@@ -436,6 +386,7 @@ def entropy_figure(
                 _Row("entropy minus\nBF16's (nats)", diff, band=False),
             ],
             panels,
+            arms,
             "Token entropy during RL",
             extra=mark,
         )
@@ -490,13 +441,14 @@ def clip_share_figure(runs: pd.DataFrame, metrics: pd.DataFrame, *, smooth: int 
         b = arm_curves(runs, metrics, shadow, smooth=smooth, scale=100.0).assign(metric=shadow)
         rows.append(_Row(label, d))
         shadows.append(b)
-    panels = _panels_of(*(r.data for r in rows))
+    arms = arms_by_label(runs)
+    panels = _panels_of(arms, *(r.data for r in rows))
 
     def ticks(row: int, panel: str, ax: plt.Axes) -> None:
         b = shadows[row]
         for arm in panels.get(panel, []):
             a = b[b["arm"] == arm].sort_values("step")
-            if a.empty or arm_role(arm) == "reference":
+            if a.empty or arms[arm].role == "reference":
                 continue
             ax.plot(
                 a["step"],
@@ -505,7 +457,7 @@ def clip_share_figure(runs: pd.DataFrame, metrics: pd.DataFrame, *, smooth: int 
                 marker=SHADOW_MARKER,
                 markersize=5,
                 markeredgewidth=1.0,
-                color=arm_style(arm)["color"],
+                color=arm_style(arms[arm])["color"],
                 label="_shadow " + arm,
             )
 
@@ -526,6 +478,7 @@ def clip_share_figure(runs: pd.DataFrame, metrics: pd.DataFrame, *, smooth: int 
         fig, _ = _panel_grid(
             rows,
             panels,
+            arms,
             "Clipped tokens by advantage sign",
             extra=ticks,
             extra_handles=proxy if logged else (),
@@ -583,9 +536,9 @@ def _mean_metric(runs: pd.DataFrame, metrics: pd.DataFrame, arm: str, metric: st
     return None if v.empty else float(v.mean())
 
 
-def _step_histogram(ax: plt.Axes, data: pd.DataFrame, sign: str, arm: str) -> None:
+def _step_histogram(ax: plt.Axes, data: pd.DataFrame, sign: str, arm: Arm) -> None:
     """An arm's density per bin of one advantage sign, as a step line."""
-    d = data[(data["arm"] == arm) & (data["sign"] == sign)].sort_values("bin")
+    d = data[(data["arm"] == arm.label) & (data["sign"] == sign)].sort_values("bin")
     if d.empty:
         return
     style = arm_style(arm)
@@ -595,7 +548,7 @@ def _step_histogram(ax: plt.Axes, data: pd.DataFrame, sign: str, arm: str) -> No
         xs,
         ys,
         where="post",
-        label=arm,
+        label=arm.label,
         color=style["color"],
         linestyle=style["linestyle"],
         linewidth=1.2,
@@ -603,17 +556,15 @@ def _step_histogram(ax: plt.Axes, data: pd.DataFrame, sign: str, arm: str) -> No
 
 
 def _calibrated_bounds(
-    runs: pd.DataFrame, metrics: pd.DataFrame, arms: Sequence[str]
+    runs: pd.DataFrame, metrics: pd.DataFrame, arms: Sequence[Arm]
 ) -> list[tuple[str, str, float]]:
     """(arm, colour, log bound) of each CC arm's mean lower and upper bound over steps."""
     out = []
-    for arm in arms:
-        if "+ CC" not in arm:
-            continue
+    for arm in (a for a in arms if a.calibrated):
         for metric in ("fp8rl/clip_low", "fp8rl/clip_high"):
-            bound = _mean_metric(runs, metrics, arm, metric)
+            bound = _mean_metric(runs, metrics, arm.label, metric)
             if bound and bound > 0:
-                out.append((arm, str(arm_style(arm)["color"]), math.log(bound)))
+                out.append((arm.label, str(arm_style(arm)["color"]), math.log(bound)))
     return out
 
 
@@ -636,10 +587,11 @@ def logratio_histogram_figure(
     log(1 -/+ eps) (solid black) and each CC arm's mean calibrated bounds over steps (dotted,
     the arm's colour, in its panel)."""
     data = logratio_histograms(runs, metrics, arms)
-    panels = _panels_of(data)
+    specs = arms_by_label(runs)
+    panels = _panels_of(specs, data)
     if eps is None:
         eps = _eps(runs)
-    calibrated = _calibrated_bounds(runs, metrics, sorted(set(data["arm"])))
+    calibrated = _calibrated_bounds(runs, metrics, [specs[a] for a in sorted(set(data["arm"]))])
     signs = (("negadv", "A < 0"), ("posadv", "A > 0"))
     names = list(panels) or [REFERENCE]
     with plt.rc_context(RC):
@@ -655,7 +607,7 @@ def logratio_histogram_figure(
             for j, panel in enumerate(names):
                 ax = grid[i][j]
                 for arm in panels.get(panel, []):
-                    _step_histogram(ax, data, sign, arm)
+                    _step_histogram(ax, data, sign, specs[arm])
                 if eps is not None:
                     for b in (math.log(1 - eps), math.log(1 + eps)):
                         ax.axvline(b, color="black", linewidth=0.8)
@@ -686,12 +638,14 @@ def bounds_figure(runs: pd.DataFrame, metrics: pd.DataFrame) -> Figure:
     """The active clip bounds (``fp8rl/clip_low``, ``fp8rl/clip_high``) vs step for the arms
     with Calibrated Clipping, one panel per granularity (plus the controls), mean over seeds
     with the min–max band; thin black lines: the nominal bounds 1 -/+ eps."""
+    arms = arms_by_label(runs)
+    cc = {label for label, arm in arms.items() if arm.calibrated}
     parts = []
     for metric in ("fp8rl/clip_low", "fp8rl/clip_high"):
         d = arm_curves(runs, metrics, metric)
-        parts.append(d[d["arm"].str.contains(r"\+ CC", regex=True)].assign(metric=metric))
+        parts.append(d[d["arm"].isin(cc)].assign(metric=metric))
     data = pd.concat(parts, ignore_index=True)
-    panels = {p: [a for a in arms if "+ CC" in a] for p, arms in _panels_of(data).items()}
+    panels = {p: [a for a in ps if a in cc] for p, ps in _panels_of(arms, data).items()}
     eps = _eps(runs)
     names = list(panels) or ["Calibrated Clipping"]
     with plt.rc_context(RC):
@@ -704,7 +658,7 @@ def bounds_figure(runs: pd.DataFrame, metrics: pd.DataFrame) -> Figure:
                 for metric, label in (("fp8rl/clip_low", arm), ("fp8rl/clip_high", "_" + arm)):
                     d = data[(data["arm"] == arm) & (data["metric"] == metric)]
                     if not d.empty:
-                        _draw_arm(ax, d, arm)
+                        _draw_arm(ax, d, arms[arm])
                         ax.get_lines()[-1].set_label(label)
             if eps is not None:
                 for b in (1 - eps, 1 + eps):
@@ -740,17 +694,20 @@ def accuracy_figure(
     held = arm_curves(runs, core[["run_id", "step", "metric", "value"]], name, scale=100.0).assign(
         metric=name
     )
+    arms = arms_by_label(runs)
+    panels = _panels_of(arms, reward, held)
     with plt.rc_context(RC):
         fig, _ = _panel_grid(
             [
                 _Row("training reward\n(points)", reward),
                 _Row(f"held-out accuracy,\nmean@{k} (points)", held),
             ],
-            _panels_of(reward, held),
+            panels,
+            arms,
             "Reward and held-out accuracy",
         )
     data = pd.concat([reward, held], ignore_index=True)
-    data.attrs["panels"] = _panels_of(reward, held)
+    data.attrs["panels"] = panels
     caption = (
         "Training reward (100 × `critic/score/mean`; "
         f"{_smoothing_text(smooth)}) and held-out accuracy "
@@ -773,17 +730,20 @@ def garbled_figure(runs: pd.DataFrame, metrics: pd.DataFrame, *, smooth: int = 1
         high=100.0 - wf["low"],
         metric="1 - fp8rl/well_formed_frac",
     )
+    arms = arms_by_label(runs)
+    panels = _panels_of(arms, rep, wf)
     with plt.rc_context(RC):
         fig, _ = _panel_grid(
             [
                 _Row("repeated 4-gram\n(points)", rep),
                 _Row("no well-formed\nanswer (points)", wf),
             ],
-            _panels_of(rep, wf),
+            panels,
+            arms,
             "Garbled output (rollout responses)",
         )
     data = pd.concat([rep, wf], ignore_index=True)
-    data.attrs["panels"] = _panels_of(rep, wf)
+    data.attrs["panels"] = panels
     caption = (
         "Shares of rollout responses that look garbled, in points: with a repeated 4-gram, "
         f"and without a well-formed answer ({_BAND}; {_smoothing_text(smooth)})."
@@ -800,7 +760,7 @@ def regime_chart(points: pd.DataFrame) -> Figure:
     with plt.rc_context(RC):
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
         for (g, source), d in points.groupby(["granularity", "source"]) if not points.empty else []:
-            style = arm_style(f"{g.capitalize()} FP8")
+            style = arm_style(Arm(g, DEFAULT_ROLLOUT.get(g)))
             ax.scatter(
                 d["x"],
                 d["y"],

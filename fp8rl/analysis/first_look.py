@@ -31,6 +31,7 @@ from fp8rl.config import RunConfig
 from fp8rl.numerics.registry import RECIPES, RecipeNames
 from fp8rl.rl import summarize_shadow_steps
 from fp8rl.runs import read_step_log
+from fp8rl.runs.store import EVAL_FILE, METRICS_FILE
 
 __all__ = [
     "CLIPPINGS",
@@ -82,7 +83,7 @@ def recipe_label(cfg: RunConfig) -> str:
         label = f"{g.rollout or high} rollout / {g.training}"
     if g.lm_head:
         label += ", FP8 LM head"
-    if cfg.clipping.mode == "calibrated":
+    if cfg.calibrates:
         label += f", calibrated (K={cfg.clipping.period})"
     return label
 
@@ -92,7 +93,7 @@ def recipe_order(cfg: RunConfig) -> tuple[int, bool, bool, bool, int]:
     Calibrated Clipping, seed."""
     g = cfg.granularity
     rank = TRAINING_ORDER.index(g.training) if g.training in TRAINING_ORDER else len(TRAINING_ORDER)
-    return (rank, g.rollout is not None, g.lm_head, cfg.clipping.mode != "standard", cfg.seed)
+    return (rank, g.rollout is not None, g.lm_head, cfg.calibrates, cfg.seed)
 
 
 # --- improvement over the SFT base ---------------------------------------------------------
@@ -133,7 +134,7 @@ def improvement(
 def improvement_of_runs(run_dirs: Sequence[Path], cfg: RunConfig) -> list[FamilyImprovement]:
     """:func:`improvement` of the runs (one per seed) of ``cfg``'s protocol: its held-out
     families, then ``all``."""
-    evals = [read_rows(p, "eval.jsonl") for p in run_dirs]
+    evals = [read_rows(p, EVAL_FILE) for p in run_dirs]
     families = (*(cfg.eval.families or ()), "all")
     return improvement(evals, families, held_out_metric(cfg))
 
@@ -187,9 +188,7 @@ def recipe_summary(
 
 def recipe_summary_of_run(run_dir: Path, metric: str) -> RecipeSummary:
     """:func:`recipe_summary` of a run directory."""
-    return recipe_summary(
-        read_rows(run_dir, "eval.jsonl"), read_rows(run_dir, "metrics.jsonl"), metric
-    )
+    return recipe_summary(read_rows(run_dir, EVAL_FILE), read_rows(run_dir, METRICS_FILE), metric)
 
 
 # --- the calibration check -----------------------------------------------------------------
@@ -242,7 +241,7 @@ def calibration_check(cases: Iterable[CalibrationCase]) -> list[CalibrationResul
     out = []
     for case in cases:
         gaps = {
-            mode: summarize_shadow_steps(read_rows(case.runs[mode], "metrics.jsonl"), case.period)
+            mode: summarize_shadow_steps(read_rows(case.runs[mode], METRICS_FILE), case.period)
             for mode in CLIPPINGS
         }
         verdict = calibration_verdict(

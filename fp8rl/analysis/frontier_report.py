@@ -29,6 +29,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from fp8rl.analysis import figures as F
+from fp8rl.analysis.arms import Arm, arms_by_label
 from fp8rl.analysis.frontier import (
     ACCURACY,
     CLIP_GAP,
@@ -395,13 +396,16 @@ def _panels(design: PilotDesign) -> list[tuple[Setting, tuple[str, ...]]]:
     ]
 
 
-def time_to_failure_figure(outcomes: pd.DataFrame, design: PilotDesign = PILOT_DESIGN) -> F.Figure:
+def time_to_failure_figure(
+    outcomes: pd.DataFrame, arms: Mapping[str, Arm], design: PilotDesign = PILOT_DESIGN
+) -> F.Figure:
     """Each pilot run read at the longest length: a filled marker at its step of failure,
-    an open one at the step it was censored; one row per setting and arm."""
+    an open one at the step it was censored; one row per setting and arm (``arms``: label
+    -> :class:`~fp8rl.analysis.arms.Arm`, :func:`~fp8rl.analysis.arms.arms_by_label`)."""
     length = max(design.lengths)
     rows = []
-    for setting, arms in _panels(design):
-        for arm in arms:
+    for setting, drawn in _panels(design):
+        for arm in drawn:
             for r in _cell(outcomes, arm, setting, length).itertuples():
                 if r.read:
                     step = r.failure_step if r.failed else length
@@ -414,9 +418,10 @@ def time_to_failure_figure(outcomes: pd.DataFrame, design: PilotDesign = PILOT_D
         fig, ax = plt.subplots(figsize=(7.5, 0.3 * max(len(labels), 4) + 1.2))
         for i, label in enumerate(labels):
             for j, r in enumerate(data[data["row"] == label].itertuples()):
-                color = F.arm_style(r.arm)["color"]
+                style = F.arm_style(arms[r.arm])
+                color = style["color"]
                 ax.plot(
-                    r.step, i + 0.15 * (j - 0.5), marker=F.arm_style(r.arm)["marker"],
+                    r.step, i + 0.15 * (j - 0.5), marker=style["marker"],
                     linestyle="none", color=color, markerfacecolor=color if r.failed else "none",
                 )  # fmt: skip
         ax.set_yticks(range(len(labels)), labels, fontsize=6)
@@ -462,6 +467,7 @@ def curves_figure(
     rows = rows.merge(meta, on="run_id")
     rows = rows[rows["seed"].isin(design.seeds)]
     panels = _panels(design)
+    specs = arms_by_label(runs)
     with plt.rc_context(F.RC):
         quantities = ("entropy", "accuracy", "clip gap")
         labels = ("token entropy (nats)", "held-out accuracy", "clip gap (points)")
@@ -478,7 +484,7 @@ def curves_figure(
                     if mine.empty:
                         continue
                     mean = mine.groupby("step", sort=True)["value"].mean()
-                    style = F.arm_style(arm)
+                    style = F.arm_style(specs[arm])
                     ax.plot(mean.index, mean.values, label=arm, **style)
                     out += [
                         {"setting": setting.label, "arm": arm, "quantity": quantity,
@@ -576,7 +582,7 @@ def write_pilot_report(
     figures: list[F.Figure] = []
     if len(runs):
         figures = [
-            time_to_failure_figure(outcomes, design),
+            time_to_failure_figure(outcomes, arms_by_label(runs), design),
             curves_figure(runs, metrics, evals, design),
         ]
     paths: list[Path] = []

@@ -3,8 +3,9 @@
 Three frames, all keyed by ``run_id``:
 
 * :func:`runs_frame` — one row per run: its status, a human-readable ``state`` for table
-  cells, whether it is ``usable`` (done, current results version), its arm and seed, and
-  the config flattened into ``config.<dotted key>`` columns.
+  cells, whether it is ``usable`` (done, current results version), its arm (label ``arm``,
+  :class:`~fp8rl.analysis.arms.Arm` ``arm_spec``) and seed, and the config flattened into
+  ``config.<dotted key>`` columns.
 * :func:`metrics_frame` — one row per (run, step, metric) of ``metrics.jsonl``.
 * :func:`eval_frame` — one row per (run, step, held-out metric) of ``eval.jsonl`` (and, when
   asked, of ``lm_eval.jsonl``), with the metric name split into ``section``
@@ -44,7 +45,7 @@ from typing import Any
 
 import pandas as pd
 
-from fp8rl.analysis.arms import arm_of, run_arm
+from fp8rl.analysis.arms import Arm, run_arm
 from fp8rl.config import RunConfig, stratified_counts
 from fp8rl.config.run import items_count
 from fp8rl.runs import (
@@ -55,7 +56,7 @@ from fp8rl.runs import (
     RunStore,
     read_step_log,
 )
-from fp8rl.runs.store import METRICS_FILE
+from fp8rl.runs.store import EVAL_FILE, METRICS_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -225,10 +226,12 @@ def runs_frame(
         state = run_state(info)
         if _is_pilot_seed(seed) and not pilot_seeds:
             usable, state = False, f"pilot seed {seed}: never in a study table ({state})"
+        arm = _arm(info, infos)
         record.update(
             state=state,
             usable=usable,
-            arm=_arm(info, infos),
+            arm=arm.label,
+            arm_spec=arm,
             seed=seed,
             planned_steps=_planned_steps(info.config),
             items=items_label(info.config),
@@ -240,16 +243,16 @@ def runs_frame(
     frame = pd.DataFrame(rows)
     if frame.empty:
         return pd.DataFrame(
-            columns=["run_id", "status", "state", "usable", "arm", "seed", "last_step"]
+            columns=["run_id", "status", "state", "usable", "arm", "arm_spec", "seed", "last_step"]
         )
     return frame.sort_values(["arm", "seed", "run_id"], kind="stable").reset_index(drop=True)
 
 
-def _arm(info: RunInfo, infos: Sequence[RunInfo]) -> str:
+def _arm(info: RunInfo, infos: Sequence[RunInfo]) -> Arm:
     """The run's arm; for a damaged run, the arm of the config it was run with, which an
     edited ``config.yaml`` no longer says (:func:`fp8rl.analysis.arms.run_arm`)."""
     if info.status is not RunStatus.DAMAGED:
-        return arm_of(info.config)
+        return Arm.of(info.config)
     others = [i.config for i in infos if i is not info and i.status is not RunStatus.DAMAGED]
     return run_arm(info.run_id, info.config, info.provenance.get("config_sha256"), others)
 
@@ -308,7 +311,7 @@ def metrics_frame(
     of the prefixes). Runs in progress contribute the steps they have.
     """
     store = as_store(source)
-    rows = _log_rows(store, experiment, _run_ids(store, experiment, runs), "metrics.jsonl")
+    rows = _log_rows(store, experiment, _run_ids(store, experiment, runs), METRICS_FILE)
     frame = pd.DataFrame(rows, columns=["run_id", "step", "metric", "value"])
     if metrics is not None or prefixes:
         wanted = set(metrics or ())
@@ -361,7 +364,7 @@ def eval_frame(
     read_lm_eval = wanted is None or bool(wanted - {IN_LOOP})
     rows = []
     for run_id in runs["run_id"]:
-        logs = [(s, d, True) for s, d in _eval_rows(store, experiment, run_id, "eval.jsonl")]
+        logs = [(s, d, True) for s, d in _eval_rows(store, experiment, run_id, EVAL_FILE)]
         if read_lm_eval:
             logs += [(s, d, False) for s, d in _eval_rows(store, experiment, run_id, LM_EVAL_FILE)]
         for step, data, in_loop in logs:

@@ -19,6 +19,7 @@ from fp8rl.analysis.first_look import TRAINING_ORDER
 from fp8rl.config import RunConfig
 from fp8rl.numerics.registry import RECIPES
 from fp8rl.runs import read_step_log
+from fp8rl.runs.store import METRICS_FILE
 
 __all__ = [
     "CELLS",
@@ -72,7 +73,7 @@ def recipe_order(cfg: RunConfig) -> tuple[int, bool, bool, int]:
 
 def read_probe(run_dir: Path) -> dict[str, Any]:
     """A probe run's metrics: its first metrics row, without ``step``."""
-    first = read_step_log(Path(run_dir) / "metrics.jsonl").to_rows()[0]
+    first = read_step_log(Path(run_dir) / METRICS_FILE).to_rows()[0]
     return {k: v for k, v in first.items() if k != "step"}
 
 

@@ -36,6 +36,7 @@ from fp8rl.analysis.load import as_store, runs_frame
 from fp8rl.analysis.stats import mean_ci
 from fp8rl.rl import summarize_shadow_steps
 from fp8rl.runs import RunStore, read_step_log
+from fp8rl.runs.store import METRICS_FILE
 
 __all__ = [
     "CELL",
@@ -60,7 +61,7 @@ def regime_frame(source: RunStore | Path | str, experiment: str, period: int) ->
     runs = runs_frame(store, experiment)
     out = []
     for _, r in runs[runs["usable"]].iterrows() if not runs.empty else []:
-        log = read_step_log(store.run_path(experiment, r["run_id"]) / "metrics.jsonl").to_rows()
+        log = read_step_log(store.run_path(experiment, r["run_id"]) / METRICS_FILE).to_rows()
         out.append(
             {
                 "eps": r["config.algorithm.eps_low"],
@@ -223,7 +224,7 @@ def noise_frame(source: RunStore | Path | str, experiment: str = "regime_noise")
     runs = runs_frame(store, experiment)
     out = []
     for _, r in runs[runs["usable"]].iterrows() if not runs.empty else []:
-        rows = read_step_log(store.run_path(experiment, r["run_id"]) / "metrics.jsonl").to_rows()
+        rows = read_step_log(store.run_path(experiment, r["run_id"]) / METRICS_FILE).to_rows()
         value = rows[0].get(NOISE_METRIC) if rows else None
         out.append(
             {

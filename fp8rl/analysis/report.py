@@ -149,7 +149,7 @@ def _setup_line(runs: pd.DataFrame) -> str:
     if ok.empty:
         return "no finished runs"
     first = ok.iloc[0]
-    cc = ok[ok.get("config.clipping.mode", pd.Series(dtype=str)) == "calibrated"]
+    cc = ok[[arm.calibrated for arm in ok["arm_spec"]]]
 
     def get(key: str) -> object:
         return first.get(f"config.{key}")

@@ -47,11 +47,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from fp8rl.analysis.arms import TABLE2_ARMS
+from fp8rl.analysis.arms import DEFAULT_ROLLOUT, TABLE2_ARMS, Arm
 from fp8rl.analysis.curves import detect_surges
 from fp8rl.analysis.reproduce import STUDY_CONTROL_GRANULARITY
 from fp8rl.analysis.stats import Estimate, mean_ci, paired_difference
@@ -113,14 +113,15 @@ ENDPOINTS: tuple[Endpoint, ...] = (
 
 def control_arms(control: str = STUDY_CONTROL_GRANULARITY) -> tuple[str, str]:
     """The study's two control arms at granularity ``control``: lower-only CC, CISPO."""
-    g = control.capitalize()
-    return f"{g} FP8 + CC (lower only)", f"{g} FP8 [fp8rl_cispo loss]"
+    plain = Arm(control, DEFAULT_ROLLOUT.get(control))
+    lower_only = replace(plain, calibrated=True, lower_only=True)
+    return lower_only.label, replace(plain, loss="fp8rl_cispo").label
 
 
 def study_arms(present: Iterable[str], control: str = STUDY_CONTROL_GRANULARITY) -> list[str]:
     """The table's rows: Table 2's arms, BF16 + CC (control), the two controls at
     ``control``, then any other arm in ``present`` (sorted)."""
-    planned = [*TABLE2_ARMS, "BF16 + CC (control)", *control_arms(control)]
+    planned = [*TABLE2_ARMS, Arm("bf16", calibrated=True).label, *control_arms(control)]
     return planned + sorted(set(present) - set(planned))
 
 
@@ -128,9 +129,10 @@ def study_period(runs: pd.DataFrame) -> int:
     """The calibration period K that ``post_abs_gap`` uses for every run: the usable
     calibrated runs' ``clipping.period`` (the most common one), else the default K."""
     col = "config.clipping.period"
-    if runs.empty or col not in runs or "config.clipping.mode" not in runs:
+    if runs.empty or col not in runs:
         return CalibratorConfig.period
-    cc = runs[runs["usable"] & (runs["config.clipping.mode"] == "calibrated")][col].dropna()
+    calibrated = [arm.calibrated for arm in runs["arm_spec"]]
+    cc = runs[runs["usable"] & pd.Series(calibrated, index=runs.index, dtype=bool)][col].dropna()
     return int(cc.mode().iloc[0]) if not cc.empty else CalibratorConfig.period
 
 

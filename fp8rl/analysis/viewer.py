@@ -37,18 +37,18 @@ import logging
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from fp8rl.analysis.arms import DEFAULT_ROLLOUT, arm_of
+from fp8rl.analysis.arms import DEFAULT_ROLLOUT, Arm, arm_of
 from fp8rl.analysis.load import as_store, runs_frame
-from fp8rl.numerics.registry import RECIPES
 from fp8rl.rewards import extract_boxed, is_garbled, is_well_formed, repeat_4gram_frac
 from fp8rl.runs import CorruptLogError, RunStore, atomic_write_text, read_step_log
+from fp8rl.runs.store import METRICS_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -313,7 +313,7 @@ def _logged_bounds(run_dir: Path, steps: Iterable[int]) -> dict[int, tuple[Any, 
     """``fp8rl/clip_low``/``fp8rl/clip_high`` of ``steps`` from the run's metrics.jsonl."""
     wanted = set(steps)
     try:
-        records = read_step_log(Path(run_dir) / "metrics.jsonl").records
+        records = read_step_log(Path(run_dir) / METRICS_FILE).records
     except (CorruptLogError, OSError, ValueError):
         return {}
     return {
@@ -532,14 +532,20 @@ class Comparison:
 
     @property
     def label(self) -> str:
-        label = RECIPES[self.granularity].label
-        right = "BF16" if self.against == "bf16" else f"{label} + CC"
-        return f"{label} vs {right}, seed {self.seed}"
+        left, right = _pair(self.granularity, self.against)
+        return f"{left} vs {right}, seed {self.seed}"
 
     @property
     def file_name(self) -> str:
         vs = "_vs_bf16" if self.against == "bf16" else ""
         return f"compare_{self.granularity}{vs}_seed{self.seed}.html"
+
+
+def _pair(granularity: str, against: str) -> tuple[str, str]:
+    """The labels of plain FP8 of ``granularity`` and of what it is compared with."""
+    plain = Arm(granularity, DEFAULT_ROLLOUT.get(granularity))
+    other = Arm("bf16") if against == "bf16" else replace(plain, calibrated=True)
+    return plain.label, other.label
 
 
 def comparison_runs(runs: pd.DataFrame) -> list[Comparison]:
@@ -549,12 +555,12 @@ def comparison_runs(runs: pd.DataFrame) -> list[Comparison]:
     out = []
     ordered = runs.sort_values("usable", ascending=False, kind="stable")
     for granularity in DEFAULT_ROLLOUT:
-        plain = RECIPES[granularity].label
-        arms = {"bf16": "BF16", "cc": f"{plain} + CC"}
+        plain = _pair(granularity, "cc")[0]
         for seed in sorted(ordered.loc[ordered["arm"] == plain, "seed"].dropna().unique()):
             a = ordered[(ordered["arm"] == plain) & (ordered["seed"] == seed)]
             for against in AGAINST:
-                b = ordered[(ordered["arm"] == arms[against]) & (ordered["seed"] == seed)]
+                other = _pair(granularity, against)[1]
+                b = ordered[(ordered["arm"] == other) & (ordered["seed"] == seed)]
                 if len(a) and len(b):
                     ids = (str(a.iloc[0]["run_id"]), str(b.iloc[0]["run_id"]))
                     out.append(Comparison(granularity, int(seed), *ids, against))

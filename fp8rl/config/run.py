@@ -420,6 +420,11 @@ class RunConfig:
         return self.algorithm.ref_recipe if self.algorithm.kl_coef > 0 else None
 
     @property
+    def calibrates(self) -> bool:
+        """Whether the run calibrates its clip bounds (``clipping.mode=calibrated``)."""
+        return self.clipping.mode == "calibrated"
+
+    @property
     def nominal_bounds(self) -> tuple[float, float]:
         """The trust region ``(1 - eps_low, 1 + eps_high)`` (BF16's bounds)."""
         return 1.0 - self.algorithm.eps_low, 1.0 + self.algorithm.eps_high
@@ -432,7 +437,7 @@ class RunConfig:
             eps_low=self.algorithm.eps_low,
             eps_high=self.algorithm.eps_high,
             start_step=1,
-            enabled=self.clipping.mode == "calibrated",
+            enabled=self.calibrates,
         )
 
     def rollout_quant(self) -> RolloutQuantConfig | None:
@@ -519,14 +524,14 @@ def _check_combinations(cfg: RunConfig) -> None:
             "train.tis=false (or null)."
         )
     on_policy = t.ppo_epochs * t.ppo_mini_batches < 2 and t.old_logprob_source == "trainer"
-    if c.mode == "calibrated" and on_policy:  # in bypass mode every ratio carries the mismatch
+    if cfg.calibrates and on_policy:  # in bypass mode every ratio carries the mismatch
         raise ConfigError(
             "clipping.mode=calibrated needs an off-policy mini-batch (ratios after at least one "
             "update); with one epoch of one mini-batch and trainer-recomputed old log-probs "
             "every ratio is 1. Set train.ppo_mini_batches >= 2 or train.ppo_epochs >= 2 (or "
             "train.old_logprob_source=rollout, whose ratios carry the rollout mismatch)."
         )
-    live = c.mode == "calibrated" or c.init_low is not None or c.init_high is not None
+    live = cfg.calibrates or c.init_low is not None or c.init_high is not None
     if live and c.loss not in LIVE_BOUND_LOSSES:
         raise ConfigError(
             f"clipping.loss={c.loss} clips at 1 -/+ eps and reads no live bounds, so "

@@ -28,6 +28,7 @@ from fp8rl.experiments.backends import ResolvedRun, resolve_run
 from fp8rl.experiments.live import LiveLoggers
 from fp8rl.experiments.schema import ConfigError
 from fp8rl.runs import RunInfo, RunLockedError, RunStatus, RunStore, RunSummary, latest_checkpoint
+from fp8rl.runs.store import STATUS_FILE
 
 __all__ = ["resume_threads_problem", "run_config", "run_one", "run_threads"]
 
@@ -87,7 +88,7 @@ def resume_threads_problem(info: RunInfo, threads: int) -> str | None:
 
 
 def _check_threads(store: RunStore, experiment: str, run_id: str, threads: int) -> None:
-    if (store.run_dir(experiment, run_id) / "status.json").exists():
+    if (store.run_dir(experiment, run_id) / STATUS_FILE).exists():
         problem = resume_threads_problem(store.run_info(experiment, run_id), threads)
         if problem:
             raise ConfigError(problem)

@@ -60,7 +60,7 @@ from fp8rl.runs import (
     latest_checkpoint,
 )
 from fp8rl.runs.jsonl import read_step_log
-from fp8rl.runs.store import stopped_endpoint
+from fp8rl.runs.store import METRICS_FILE, stopped_endpoint
 
 __all__ = [
     "COSTED_ACTIONS",
@@ -134,7 +134,7 @@ class CostModel:
                 continue
             steps = [
                 r["timing_s/step"]
-                for r in read_step_log(info.path / "metrics.jsonl").to_rows()
+                for r in read_step_log(info.path / METRICS_FILE).to_rows()
                 if isinstance(r.get("timing_s/step"), float | int)
             ]
             key = _cost_key(cfg, run_threads(info))

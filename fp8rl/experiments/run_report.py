@@ -43,6 +43,7 @@ from typing import Any
 from fp8rl.analysis.load import items_count
 from fp8rl.numerics.registry import RECIPES
 from fp8rl.runs import CorruptLogError, RunStatus, RunStore, RunStoreError, read_step_log
+from fp8rl.runs.store import CONFIG_FILE, EVAL_FILE, METRICS_FILE, STATUS_FILE
 
 __all__ = [
     "SHOW_RUN_SCRIPT",
@@ -67,7 +68,7 @@ _RECIPE_KEYS = (
     "seed",
 )
 _CORE = "val-core/"
-_RUN_FILES = ("status.json", "config.yaml", "metrics.jsonl")
+_RUN_FILES = (STATUS_FILE, CONFIG_FILE, METRICS_FILE)
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ def _eval_rows(
 
 def _read_eval(path: Path, every: Any) -> tuple[list[dict[str, Any]], str]:
     """The eval log's records, or none and why."""
-    eval_path = path / "eval.jsonl"
+    eval_path = path / EVAL_FILE
     if not eval_path.exists():
         why = {0: " (eval.every=0)", None: ""}.get(every, " (no evaluation logged yet)")
         return [], f"No held-out evaluation: no eval.jsonl{why}."
@@ -224,7 +225,7 @@ def _reward_trend(path: Path) -> tuple[tuple[int, int], float, tuple[int, int], 
     """Mean ``critic/score/mean`` over the first and the last fifth of the logged steps (at
     least one step each), or None with fewer than two steps or an unreadable log."""
     try:
-        rows = read_step_log(path / "metrics.jsonl").to_rows()
+        rows = read_step_log(path / METRICS_FILE).to_rows()
     except (CorruptLogError, OSError):
         return None
     scores = [

@@ -73,6 +73,7 @@ from fp8rl.config.request import RunRequest
 from fp8rl.experiments.backends import get_backend
 from fp8rl.experiments.schema import ExperimentConfig
 from fp8rl.runs import RunInfo, RunPruned, RunStore, read_step_log, to_plain
+from fp8rl.runs.store import EVAL_FILE, METRICS_FILE
 
 __all__ = [
     "OBJECTIVES",
@@ -111,7 +112,7 @@ def history_rows(run: RunInfo | Path | str) -> list[dict[str, Any]]:
     sorted by step (``eval.jsonl``'s step-0 evaluation is a row of its own)."""
     path = run.path if isinstance(run, RunInfo) else Path(run)
     rows: dict[int, dict[str, Any]] = {}
-    for name in ("metrics.jsonl", "eval.jsonl"):
+    for name in (METRICS_FILE, EVAL_FILE):
         for record in read_step_log(path / name).records:
             rows.setdefault(record["step"], {"step": record["step"]}).update(record["data"])
     return [rows[step] for step in sorted(rows)]
@@ -150,7 +151,7 @@ OBJECTIVES: dict[str, Objective] = {
             "final_accuracy",
             "val-core/all/acc/mean@1",
             "maximize",
-            "eval.jsonl",
+            EVAL_FILE,
             _last_value,
             "the last logged evaluation of the metric (the trainer evaluates at the last "
             "step): final held-out accuracy",
@@ -159,7 +160,7 @@ OBJECTIVES: dict[str, Objective] = {
             "entropy_stability",
             "actor/entropy",
             "maximize",
-            "metrics.jsonl",
+            METRICS_FILE,
             _entropy_stability,
             "minus the largest log-factor by which the metric rose above its running "
             "minimum over training steps (0 = never rose)",

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fp8rl.runs.store import CONFIG_FILE, METRICS_FILE
+
 __all__ = [
     "ARMS",
     "CLOSE_METRICS",
@@ -170,7 +172,7 @@ def _dump(run_dir: Path, step: int) -> dict[str, Any]:
 
 
 def _metrics(run_dir: Path, step: int) -> dict[str, float]:
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+    for line in (run_dir / METRICS_FILE).read_text().splitlines():
         record = json.loads(line)
         if record["step"] == step:
             return record["data"]
@@ -303,7 +305,7 @@ def compare_runs(
     if tolerance is None:
         import yaml
 
-        config = yaml.safe_load((tiny_dir / "config.yaml").read_text())
+        config = yaml.safe_load((tiny_dir / CONFIG_FILE).read_text())
         tolerance = tolerance_for(config["granularity"]["training"])
     tol = tolerance
     checks = _sample_checks(_dump(tiny_dir, step), _dump(verl_dir, step), tol)

@@ -18,6 +18,7 @@ from fp8rl.config.request import ResolvedConfig, RunRequest
 from fp8rl.rl.health import HealthStop
 from fp8rl.runs import RunStore, RunStoreError, RunSummary
 from fp8rl.runs.jsonl import read_step_log
+from fp8rl.runs.store import METRICS_FILE, STATUS_FILE
 from fp8rl.verl_ext.cost import CPU_OVERHEAD_S, MEAN_PROMPT_TOKENS, MEAN_RESPONSE_FRACTION, VerlCost
 from fp8rl.verl_ext.export import export_run, prune_checkpoints
 from fp8rl.verl_ext.hooks import HOOKS
@@ -204,7 +205,7 @@ class VerlBackend:
                     f"run {experiment}/{run_id} cannot launch on the verl backend: "
                     + " | ".join(problems)
                 )
-        logged_before = _last_logged(store.run_dir(experiment, run_id) / "metrics.jsonl")
+        logged_before = _last_logged(store.run_dir(experiment, run_id) / METRICS_FILE)
         with store.open_run(
             experiment,
             cfg.to_dict(),
@@ -253,7 +254,7 @@ class VerlBackend:
         """Whether opening the run would start or resume it (a finished, failed-and-not-
         retried, pruned or damaged-and-not-rerun run is only reported)."""
         path = store.run_dir(experiment, run_id)
-        if not (path / "status.json").exists():
+        if not (path / STATUS_FILE).exists():
             return True
         status = store.run_info(experiment, run_id).status.value
         if status in ("done", "pruned"):

@@ -111,7 +111,7 @@ class VerlCost:
         )
         update = 6 * cfg.train.ppo_epochs / recipe_decl(cfg.granularity.training).gpu_speedup
         passes = update + 2 + (2 if cfg.algorithm.kl_coef > 0 else 0)
-        if cfg.clipping.mode == "calibrated":
+        if cfg.calibrates:
             passes += 4 / cfg.clipping.period
         return tokens * n_params * passes / (self.gpus * PEAK_FLOPS * TRAIN_MFU)
 

@@ -511,7 +511,7 @@ def _loss(o: _Overrides, cfg: RunConfig, hooks: list[str], workers_env: dict[str
     if c.loss not in VERL_LOSS_NAMES:  # verl's own (vanilla): no fp8rl fields to carry
         return
     o.set(f"{pl}._target_", f"{_HOOKS}.CalibratedClippingConfig")
-    calibrated = c.mode == "calibrated"
+    calibrated = cfg.calibrates
     o.add(f"{pl}.calibration", c.knobs_dict() if calibrated else None)  # the knobs, one value
     if calibrated or t.shadow_every:  # fp8rl's actor: its trainer places the worker
         hooks.append("calibrated_clipping")

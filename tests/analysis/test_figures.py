@@ -6,7 +6,7 @@ import pytest
 from synthetic_store import ARM_CONFIGS, add_run
 
 from fp8rl.analysis import figures as F
-from fp8rl.analysis.arms import TABLE2_ARMS
+from fp8rl.analysis.arms import DEFAULT_ROLLOUT, TABLE2_ARMS, Arm
 from fp8rl.analysis.load import eval_frame, metrics_frame, runs_frame
 from fp8rl.numerics.registry import RECIPES, lightness
 from fp8rl.runs import RunStore
@@ -129,9 +129,16 @@ def test_accuracy_and_garbled_figures(frames):
     assert set(garbled.data["metric"]) == {"fp8rl/repeat_4gram_frac", "1 - fp8rl/well_formed_frac"}
 
 
+def _arm(label: str) -> Arm:
+    """The arm of one of the tests' labels (tests/helpers ARM_CONFIGS)."""
+    arm = Arm.of(ARM_CONFIGS[label])
+    assert arm.label == label
+    return arm
+
+
 def test_arm_styles_differ_in_greyscale_cues():
     styles = {
-        a: F.arm_style(a)
+        a: F.arm_style(_arm(a))
         for a in ("BF16", "Tensorwise FP8", "Tensorwise FP8 + CC", "Blockwise FP8")
     }
     assert styles["Tensorwise FP8"]["marker"] != styles["Blockwise FP8"]["marker"]
@@ -257,7 +264,7 @@ def _all_granularities(tmp_path):
 
 def test_panels_hold_bf16_plain_fp8_and_fp8_cc_per_granularity_controls_apart(tmp_path):
     runs, metrics = _all_granularities(tmp_path)
-    panels = F.arm_panels(list(runs["arm"]))
+    panels = F.arm_panels(runs["arm_spec"])
     assert panels == {
         "Tensorwise": ["BF16", "Tensorwise FP8", "Tensorwise FP8 + CC"],
         "Rowwise": ["BF16", "Rowwise FP8", "Rowwise FP8 + CC"],
@@ -294,16 +301,23 @@ def test_log_ratio_histograms_are_drawn_for_every_granularity(tmp_path):
 def _panel_sets():
     """The panels of every arm the tests know (Table 2, the study's controls) and of each
     registered FP8 recipe with its CC arm."""
-    sets = list(F.arm_panels([*ARM_CONFIGS, *TABLE2_ARMS]).values())
+    assert set(TABLE2_ARMS) <= set(ARM_CONFIGS)
+    groups = [[_arm(label) for label in ARM_CONFIGS]]
     for decl in RECIPES.values():
         if decl.trainable and decl.name != "bf16":
-            sets += list(F.arm_panels(["BF16", decl.label, f"{decl.label} + CC"]).values())
+            plain = Arm(decl.name, DEFAULT_ROLLOUT.get(decl.name))
+            groups.append([Arm("bf16"), plain, Arm(decl.name, plain.rollout, calibrated=True)])
+    sets = []
+    for arms in groups:
+        by_label = {a.label: a for a in arms}
+        sets += [[by_label[a] for a in panel] for panel in F.arm_panels(arms).values()]
     return sets
 
 
 def test_arms_of_one_panel_differ_in_greyscale_lightness_and_in_marker():
     for arms in _panel_sets():
-        looks = {a: F.arm_style(a) for a in arms}
+        looks = {a.label: F.arm_style(a) for a in arms}
+        arms = [a.label for a in arms]
         for a, b in itertools.combinations(arms, 2):
             gap = abs(lightness(looks[a]["color"]) - lightness(looks[b]["color"]))
             assert gap >= F.MIN_LIGHTNESS_GAP, (a, b, gap)
@@ -312,18 +326,19 @@ def test_arms_of_one_panel_differ_in_greyscale_lightness_and_in_marker():
 
 
 def test_styles_come_from_the_registry_and_no_arm_wears_the_shadow_marker():
-    assert F.arm_style("BF16")["color"] == RECIPES["bf16"].color
-    cc = F.arm_style("Rowwise FP8 + CC")
+    assert F.arm_style(_arm("BF16"))["color"] == RECIPES["bf16"].color
+    cc = F.arm_style(_arm("Rowwise FP8 + CC"))
     assert cc["color"] == RECIPES["rowwise"].cc_shade != RECIPES["rowwise"].color
     assert cc["markerfacecolor"] == "white" and cc["linestyle"] == "--"
-    rollout = F.arm_style("FP8 rollout + BF16 training")  # block rollout: blockwise's look
+    rollout = F.arm_style(_arm("FP8 rollout + BF16 training"))  # block rollout: blockwise's look
     assert (rollout["color"], rollout["marker"]) == (
         RECIPES["blockwise"].color,
         RECIPES["blockwise"].marker,
     )
-    assert rollout["linestyle"] != F.arm_style("Blockwise FP8")["linestyle"]
+    assert rollout["linestyle"] != F.arm_style(_arm("Blockwise FP8"))["linestyle"]
     assert F.SHADOW_MARKER not in {d.marker for d in RECIPES.values()}
-    assert F.arm_style("BF16 + CC (control)")["color"] != F.arm_style("BF16")["color"]
+    bf16_cc = F.arm_style(_arm("BF16 + CC (control)"))
+    assert bf16_cc["color"] != F.arm_style(_arm("BF16"))["color"]
 
 
 def test_saved_figures_are_byte_stable_and_the_notebook_shows_the_same_png(frames, tmp_path):

@@ -9,6 +9,7 @@ translated for verl's FP8 engine or refused by the verl backend's check with its
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fp8rl.analysis.arms import TABLE2_ARMS, arm_of
+from fp8rl.analysis.arms import TABLE2_ARMS, Arm, arm_of
 from fp8rl.analysis.figures import arm_style, entropy_figure
 from fp8rl.analysis.load import metrics_frame, runs_frame
 from fp8rl.analysis.report import _runs_table
@@ -133,9 +134,11 @@ def test_a_new_recipe_composes_runs_a_step_and_reaches_tables_and_figures(
     assert f"| {label} |" in _runs_table(runs)
     figure = entropy_figure(runs, metrics_frame(store, "throwaway", runs))
     assert label in set(figure.data["arm"])
-    style = arm_style(label)
+    arm = Arm.of(cfg.to_dict())
+    assert list(runs["arm_spec"]) == [arm] and arm.role == "plain"
+    style = arm_style(arm)
     assert (style["color"], style["marker"]) == ("#CC79A7", "v")
-    assert arm_style(f"{label} + CC")["linestyle"] == "--"
+    assert arm_style(dataclasses.replace(arm, calibrated=True))["linestyle"] == "--"
 
 
 def test_verl_refuses_a_recipe_it_does_not_support_with_the_reason(registered, composer) -> None:
