@@ -37,9 +37,7 @@ __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="python -m fp8rl.study", description=__doc__.splitlines()[0]
-    )
+    ap = argparse.ArgumentParser(prog="python -m fp8rl.study", description=__doc__.splitlines()[0])
     ap.add_argument("--studies-dir", default=str(STUDIES_DIR), help="the study folders")
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="the declared studies")
