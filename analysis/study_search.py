@@ -1,104 +1,30 @@
-"""The BF16 setup search's report (issue 15 step 1; protocol docs/study/search_protocol.md).
+"""The BF16 setup search's report (issue 15 step 1; protocol docs/study/search_protocol.md):
+an alias of ``python -m fp8rl.study report bf16_search`` (studies/bf16_search/).
 
     python analysis/study_search.py [--export-from runs] [--results results] [--out FILE]
 
-Reads the search's pilots (experiment ``bf16_search``) and the slowest-arm budget check
-(experiment ``study_budget``) from the results folder (``--export-from runs`` first copies
-the finished runs there, without checkpoints), and writes the table of every configuration
-tried: its levers, held-out mean@4 at every evaluation, the gain over its SFT base, and its
-time. Runs that did not finish are listed with their state.
+Reads the search's pilots (experiment ``bf16_search``, results version 4) from the results
+folder (``--export-from runs`` first copies the finished runs of the search and of the
+slowest-arm budget check, ``study_budget``, there, without checkpoints), and writes the
+table of every configuration tried: its levers, held-out mean@4 at every evaluation, the
+gain over its SFT base, and its time. Runs that did not finish are listed with their state.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import pandas as pd  # noqa: E402
-
 from fp8rl.analysis.export import export_experiment  # noqa: E402
-from fp8rl.analysis.load import eval_frame, runs_frame  # noqa: E402
-from fp8rl.analysis.tables import markdown_table  # noqa: E402
+from fp8rl.analysis.search_report import search_markdown  # noqa: E402
+from fp8rl.runs import RunStore  # noqa: E402
+from fp8rl.study import load_study  # noqa: E402
 
-SEARCH, BUDGET = "bf16_search", "study_budget"
-LEVERS = {
-    "config.model.preset": "preset",
-    "config.model.sft.steps": "SFT steps",
-    "config.model.sft.difficulties": "SFT difficulties",
-    "config.rollout.difficulties": "RL difficulties",
-    "config.train.lr": "lr",
-    "config.steps": "RL steps",
-    "config.seed": "seed",
-}
-
-
-def _step_seconds(results: Path, experiment: str) -> dict[str, float]:
-    """Mean ``timing_s/step`` per run (wall seconds of a training step, evaluation excluded)."""
-    from fp8rl.runs import read_step_log
-
-    out = {}
-    for path in sorted((results / experiment).glob("[!.]*/metrics.jsonl")):  # not .tmp- copies
-        rows = read_step_log(path).to_rows()
-        times = [r["timing_s/step"] for r in rows if "timing_s/step" in r]
-        if times:
-            out[path.parent.name] = sum(times) / len(times)
-    return out
-
-
-def search_table(results: Path) -> tuple[pd.DataFrame, str]:
-    runs = runs_frame(results, SEARCH)
-    if runs.empty:
-        return runs, ""
-    evals = eval_frame(results, SEARCH, runs)
-    acc = evals[(evals["family"] == "all") & (evals["stat"] == "acc/mean")]
-    secs = _step_seconds(results, SEARCH)
-    rows = []
-    for _, run in runs.sort_values("created_at" if "created_at" in runs else "run_id").iterrows():
-        row = {label: _fmt(run.get(key)) for key, label in LEVERS.items()}
-        curve = acc[acc["run_id"] == run["run_id"]].sort_values("step")
-        points = {int(s): float(v) for s, v in zip(curve["step"], curve["value"], strict=True)}
-        row["mean@4 by step"] = " / ".join(f"{s}: {100 * v:.1f}" for s, v in points.items())
-        last = max(points) if points else None
-        gain = 100 * (points[last] - points[0]) if last and 0 in points else math.nan
-        row["gain (points)"] = f"{gain:+.1f}" if not math.isnan(gain) else "-"
-        row["s/step"] = f"{secs[run['run_id']]:.1f}" if run["run_id"] in secs else "-"
-        row["state"] = run["state"]
-        row["run"] = run["run_id"]
-        rows.append(row)
-    return pd.DataFrame(rows), str(runs.iloc[0]["items"])
-
-
-def family_table(results: Path) -> pd.DataFrame:
-    """Per family: mean@4 of the SFT base (step 0) and the gain at the last evaluation, one
-    column per finished pilot."""
-    runs = runs_frame(results, SEARCH)
-    if runs.empty:
-        return runs
-    evals = eval_frame(results, SEARCH, runs)
-    acc = evals[(evals["stat"] == "acc/mean") & (evals["section"] == "val-core")]
-    columns: dict[str, dict[str, str]] = {}
-    for run_id, g in acc.groupby("run_id"):
-        first, last = g["step"].min(), g["step"].max()
-        if first != 0 or last == 0:
-            continue
-        base = g[g["step"] == 0].set_index("family")["value"]
-        end = g[g["step"] == last].set_index("family")["value"]
-        columns[f"{run_id[:8]} base"] = {f: f"{100 * v:.1f}" for f, v in base.items()}
-        columns[f"{run_id[:8]} gain"] = {f: f"{100 * (end[f] - base[f]):+.1f}" for f in base.index}
-    frame = pd.DataFrame(columns)
-    frame.index.name = "family"
-    return frame.reset_index()
-
-
-def _fmt(value: object) -> str:
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+BUDGET = "study_budget"
 
 
 def main() -> int:
@@ -107,31 +33,19 @@ def main() -> int:
     ap.add_argument("--results", default="results")
     ap.add_argument("--out", default="docs/study/search.md")
     args = ap.parse_args()
+    study = load_study("bf16_search")
     results = Path(args.results)
     if args.export_from:
-        for experiment in (SEARCH, BUDGET):
-            print(export_experiment(args.export_from, experiment, results).text())
-    table, items = search_table(results)
-    text = [
-        "# The BF16 setup search: every configuration tried",
-        "",
-        "Generated by `python analysis/study_search.py` from `results/bf16_search` (the "
-        "pilots of `sweeps/sweep/bf16_search.yaml`); protocol: "
-        "[search_protocol.md](search_protocol.md), committed before the first pilot. "
-        f"Held-out items: {items or 'none yet'}. Gain = mean@4 at the last evaluation minus "
-        "step 0 (the SFT base), same run. s/step: mean wall seconds of a training step at one "
-        "torch thread, two pilots side by side (evaluation excluded).",
-        "",
-        markdown_table(table) if not table.empty else "No pilot has finished yet.",
-        "",
-        "Per family (points; base = step 0, gain = last evaluation minus step 0):",
-        "",
-        markdown_table(family_table(results)) if not table.empty else "",
-        "",
-    ]
+        for experiment in (study.experiment, BUDGET):
+            exported = export_experiment(
+                args.export_from, experiment, results, results_version=study.results_version
+            )
+            print(exported.text())
+    store = RunStore(results, results_version=study.results_version)
+    text = search_markdown(store, study.experiment, study.prose("report.md"))
     out = Path(args.out)
-    out.write_text("\n".join(text), encoding="utf-8")
-    print("\n".join(text))
+    out.write_text(text, encoding="utf-8")
+    print(text)
     print(f"wrote {out}")
     return 0
 

@@ -18,7 +18,7 @@ from fp8rl.analysis.arms import arm_of
 from fp8rl.config import ConfigError
 from fp8rl.experiments.compose import Composer, compose_grid
 from fp8rl.experiments.grid import GridPlan, about, plan_grid
-from fp8rl.runs import RunStore
+from fp8rl.runs import RESULTS_VERSION
 from fp8rl.study.declaration import Study, StudyError
 
 __all__ = ["StudyPlan", "plan_study"]
@@ -75,29 +75,29 @@ class StudyPlan:
         counts = ", ".join(f"{n} {state}" for state, n in self.counts().items())
         total = sum(self.counts().values())
         left = self.eta_s(workers)
-        rest = f"about {about(left)} left with {workers} worker(s)" if left else "nothing left"
-        return f"study {self.study.name}: {total} runs ({counts}); {rest}"
+        rest = f"{about(left)} left with {workers} worker(s)" if left else "nothing left"
+        line = f"study {self.study.name}: {total} runs ({counts}); {rest}"
+        if self.study.results_version is not None:
+            line += (
+                f" (its committed report reads runs of results version "
+                f"{self.study.results_version}; RESULTS_VERSION is {RESULTS_VERSION})"
+            )
+        return line
 
 
 def plan_study(study: Study, runs_dir: Path | str = "runs") -> StudyPlan:
-    """Compose and plan every grid of ``study`` against the run store ``runs_dir`` (at the
-    study's results version); StudyError in one line on a grid that does not compose or a
-    claim whose arm no grid runs."""
+    """Compose and plan every grid of ``study`` against the run store ``runs_dir``, as
+    ``run`` would run it now: at the code's results version (a study whose committed runs
+    are of an older version, ``Study.results_version``, plans them as stale or to start:
+    its report reads the old ones); StudyError in one line on a grid that does not compose
+    or a claim whose arm no grid runs."""
     runs_dir = Path(runs_dir)
     grids: list[tuple[tuple[str, ...], GridPlan]] = []
-    store = (
-        RunStore(runs_dir, results_version=study.results_version)
-        if study.results_version is not None
-        else None
-    )
     try:
         with Composer() as composer:
             for grid in study.grids:
                 points = compose_grid([*grid, f"runs_dir={runs_dir}"], composer)
-                plan = plan_grid(points)
-                if store is not None:
-                    plan = plan.now(store=store)
-                grids.append((grid, plan))
+                grids.append((grid, plan_grid(points)))
     except ConfigError as exc:
         line = " ".join(str(exc).split())
         raise StudyError(f"study {study.name}: a grid does not compose: {line}") from None

@@ -7,6 +7,8 @@
 * ``table2`` — the Table-2 report at any size (:func:`fp8rl.analysis.report.write_report`),
   its title from the declaration, its scale note from the folder's ``scale_note.md``, its
   commands and options from ``Study.options``.
+* ``bf16_search`` — the BF16 setup search's table (:mod:`fp8rl.analysis.search_report`)
+  into ``search.md``, its header the folder's ``report.md``.
 * ``learning_world`` — the learning-world search's readings
   (:func:`fp8rl.analysis.learning_world.write_report`), its header from the folder's
   ``report.md`` with the criterion's numbers filled in.
@@ -240,12 +242,26 @@ def write_learning_world(study: Study, source: Path, out: Path, protocol: Protoc
     return Written(out, text, runs, summary="\n".join(verdicts))
 
 
+def write_bf16_search(study: Study, source: Path, out: Path, protocol: Protocol) -> Written:
+    """The BF16 setup search's table (:mod:`fp8rl.analysis.search_report`) into
+    ``<out>/search.md``, its header the folder's ``report.md`` (``{items}`` filled in)."""
+    from fp8rl.analysis.search_report import search_markdown
+
+    store = _store(study, source)
+    text = search_markdown(store, study.experiment, study.prose("report.md"))
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "search.md", text)
+    runs = runs_frame(store, study.experiment)
+    return Written(out, text, runs, summary=f"{len(runs)} pilots")
+
+
 Writer = Callable[[Study, Path, Path, Protocol], Written]
 #: The writers a declaration may name.
 WRITERS: dict[str, Writer] = {
     "generic": write_generic,
     "table2": write_table2,
     "learning_world": write_learning_world,
+    "bf16_search": write_bf16_search,
 }
 
 
