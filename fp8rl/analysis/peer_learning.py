@@ -95,6 +95,35 @@ def summary_table(held: pd.DataFrame, rewards: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def common_step_means(held: pd.DataFrame) -> pd.DataFrame:
+    """Per setting and trainer, the mean over seeds of held-out accuracy (points) at step 0,
+    at the last step every run of the setting reached (runs of one setting may differ in
+    length: a first seed of 200 steps, a second of 100), its change and the peak up to that
+    step; ``per_seed`` lists each seed's change."""
+    ends = held.groupby(["setting", "trainer", "seed"])["step"].max()
+    rows = []
+    for (setting, trainer), d in held.groupby(["setting", "trainer"], sort=True):
+        step = int(ends.loc[setting].min())
+        d = d[d["step"] <= step].sort_values("step")
+        per = d.groupby("seed", sort=True)["acc"]
+        start, at = per.first(), per.last()
+        changes = at - start
+        rows.append(
+            {
+                "setting": setting,
+                "trainer": trainer,
+                "seeds": len(at),
+                "step": step,
+                "start": start.mean(),
+                "peak": per.max().mean(),
+                "at_step": at.mean(),
+                "change": changes.mean(),
+                "per_seed": ", ".join(f"{c:+.1f}" for c in changes),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def learning_figure(held: pd.DataFrame, rewards: pd.DataFrame) -> Figure:
     """Per setting (columns): held-out accuracy vs step (top) and the training reward
     (bottom, a centred rolling mean of :data:`REWARD_WINDOW` steps), each seed a line, each
@@ -150,11 +179,7 @@ def write_report(results: Path | str, out: Path | str) -> str:
     shown = table.copy()
     for col in ("reward_first", "reward_last"):
         shown[col] = 100 * shown[col]
-    mean = (
-        table.groupby(["setting", "trainer"], sort=True)[["start", "peak", "end", "change"]]
-        .mean()
-        .reset_index()
-    )
+    mean = common_step_means(held)
     cpus = sorted({r["cpu"] for r in records})
     versions = sorted({json.dumps(r["versions"], sort_keys=True) for r in records})
     settings = {r["setting"]: r["changes"] for r in records}
@@ -180,7 +205,11 @@ def write_report(results: Path | str, out: Path | str) -> str:
             "",
             _markdown(shown),
             "",
-            "## Mean over seeds (points)",
+            "## Mean over seeds (points), at the step every run of the setting reached",
+            "",
+            "`step`: the last step every run of the setting reached (runs of one setting may "
+            "differ in length); `at_step` and `change` are read there, `peak` up to there; "
+            "`per_seed`: each seed's `change`.",
             "",
             _markdown(mean),
             "",

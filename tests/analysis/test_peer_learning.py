@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from fp8rl.analysis.peer_learning import ALL, load_records, summary_table, write_report
+from fp8rl.analysis.peer_learning import (
+    ALL,
+    common_step_means,
+    load_records,
+    summary_table,
+    write_report,
+)
 
 
 def record(trainer: str, seed: int, curve: list[float], rewards: list[float]) -> dict:
@@ -56,3 +62,20 @@ def test_summary_reads_start_peak_end_and_rewards(tmp_path: Path) -> None:
 def test_no_record_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no peer-learning record"):
         load_records(tmp_path)
+
+
+def test_seeds_of_different_lengths_are_averaged_at_the_step_all_reached(tmp_path: Path) -> None:
+    recs = {
+        "ours-default-seed0.json": record("ours", 0, [0.40, 0.50, 0.60], [0.1] * 50),
+        "ours-default-seed1.json": record("ours", 1, [0.40, 0.44], [0.1] * 25),
+        "trl-default-seed0.json": record("trl", 0, [0.40, 0.30, 0.20], [0.1] * 50),
+    }
+    for name, rec in recs.items():
+        (tmp_path / name).write_text(json.dumps(rec))
+    held, _, _ = load_records(tmp_path)
+    means = common_step_means(held).set_index("trainer")
+    assert (means["step"] == 25).all()  # seed 1 of ours stops at 25: every row reads there
+    assert means.loc["ours", "at_step"] == pytest.approx(47.0)  # (50 + 44) / 2, not 60
+    assert means.loc["ours", "change"] == pytest.approx(7.0)
+    assert means.loc["ours", "per_seed"] == "+10.0, +4.0"
+    assert means.loc["trl", "at_step"] == pytest.approx(30.0) and means.loc["trl", "seeds"] == 1
