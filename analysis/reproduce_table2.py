@@ -14,9 +14,7 @@ report adds the study's endpoints and verdicts and checks, from git, that the pr
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,6 +29,7 @@ from fp8rl.config import ConfigError  # noqa: E402
 from fp8rl.experiments.backends import get_backend  # noqa: E402
 from fp8rl.experiments.preflight import preflight  # noqa: E402
 from fp8rl.study import load_study  # noqa: E402
+from fp8rl.study.cli import run_grids as study_run_grids  # noqa: E402
 
 
 def scale_note(size: str) -> str:
@@ -52,28 +51,9 @@ def report_texts(size: str, commands: list[str]) -> dict[str, object]:
 
 
 def run_grids(sweep: list[str], grids: list[list[str]], jobs: int) -> bool:
-    """Run each grid's sweep.py, ``jobs`` at a time (the run store keeps concurrent
-    invocations apart: each run has its own lock); True if any failed. sweep.py prints
-    each grid's plan (run ids, start/resume/skip, estimated time) before it starts."""
-    failed, running = False, []
-    for i, grid in enumerate(grids, 1):
-        while len(running) >= jobs:
-            failed |= _reap(running)
-        print(f"\n== grid {i}/{len(grids)}: python sweep.py {' '.join(grid)}", flush=True)
-        running.append(subprocess.Popen([*sweep, *grid]))
-    while running:
-        failed |= _reap(running)
-    return failed
-
-
-def _reap(running: list[subprocess.Popen]) -> bool:
-    """Wait for one of ``running`` to end; remove it; True if it failed."""
-    while True:
-        for proc in running:
-            if proc.poll() is not None:
-                running.remove(proc)
-                return proc.returncode != 0
-        time.sleep(1)
+    """Each grid's sweep.py, ``jobs`` at a time; True if any failed (the study room's
+    :func:`fp8rl.study.cli.run_grids`)."""
+    return study_run_grids(grids, jobs, sys.stdout, sweep)
 
 
 def main() -> int:

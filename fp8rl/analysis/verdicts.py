@@ -32,13 +32,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from fp8rl.analysis import claims as generic
 from fp8rl.analysis.stats import (
     Estimate,
-    excluded_range,
-    holm,
     mean_ci,
     paired_difference,
-    t_test,
     tost,
 )
 from fp8rl.analysis.tables import Table2, format_delta, markdown_table
@@ -196,11 +194,6 @@ class PosthocVerdict:
 POSTHOC_VERDICTS = ("shown", "opposite shown", "not shown", "undecided")
 
 
-def _one_sided(values: list[float], sign: int, threshold: float) -> tuple[float, float]:
-    test = t_test(values, null=threshold)
-    return test.p(sign), test.p(-sign)
-
-
 def posthoc_verdicts(
     table: Table2,
     preregistered: list[Verdict],
@@ -221,52 +214,30 @@ def posthoc_verdicts(
       applied to each plain FP8 arm of ``controls`` as a discrimination check (a margin rule
       that every arm passes cannot tell a fix from no fix), outside the family.
     """
-    rows: list[tuple[Verdict, list[float], int, float, bool]] = []
-    for v in preregistered:
+    claims = []
+    values: dict[tuple[str, str], dict[int, float]] = {}
+    for i, v in enumerate(preregistered):
         a, b = v.comparison.split(" - ")
-        per_a, per_b = table.per_seed(a), table.per_seed(b)
-        diffs = [per_a[k] - per_b[k] for k in per_a if k in per_b]
-        equivalence = v.threshold < 0
-        rows.append((v, diffs, v.sign, v.threshold, equivalence))
-    p_claim, p_other = [], []
-    for _v, diffs, sign, threshold, equivalence in rows:
-        if len(diffs) < 2:
-            p_claim.append(math.nan)
-            p_other.append(math.nan)
-        elif equivalence:
-            p_claim.append(tost(diffs, margin))
-            p_other.append(math.nan)  # the opposite of equivalence is no single claim
-        else:
-            claimed, other = _one_sided(diffs, sign, threshold)
-            p_claim.append(claimed)
-            p_other.append(other)
-    adj_claim, shown = holm(p_claim, alpha)
-    _, opposite = holm(p_other, alpha)
-    m = sum(not math.isnan(p) for p in p_claim)
+        values |= {("acc", a): table.per_seed(a), ("acc", b): table.per_seed(b)}
+        eq = v.threshold < 0  # the margin claim, read as equivalence
+        threshold, within = (0.0, margin) if eq else (v.threshold, None)
+        claims.append(generic.Claim(f"{i}", "acc", a, b, v.sign, threshold, within))
+    decided = generic.decide(claims, values, alpha=alpha)
+    m = sum(not math.isnan(d.p) for d in decided)
     level = 1 - alpha / max(m, 1)
     out = []
-    for (v, diffs, _sign, _t, equivalence), p, p_adj, s, o in zip(
-        rows, p_claim, adj_claim, shown, opposite, strict=True
-    ):
-        simultaneous = mean_ci(diffs, level)
-        if len(diffs) < 2:
-            verdict = "undecided"
-        elif s:
-            verdict = "shown"
-        elif o:
-            verdict = "opposite shown"
-        else:
-            verdict = "not shown: " + excluded_range(simultaneous)
+    for v, d in zip(preregistered, decided, strict=True):
         claim = v.claim
         rule = f"one-sided paired t, Holm over {m} claims, alpha {alpha:g}"
-        if equivalence:
+        if d.claim.margin is not None:
             claim = f"{v.claim.split(' (within')[0]} (equivalent within ±{100 * margin:.0f} points)"
             rule = f"TOST ±{100 * margin:.0f} points, Holm over {m} claims, alpha {alpha:g}"
         out.append(
             PosthocVerdict(
-                claim, v.comparison, v.estimate, simultaneous, p, p_adj, verdict, rule, v.verdict
+                claim, v.comparison, v.estimate, d.simultaneous, d.p, d.p_holm, d.verdict, rule,
+                v.verdict,
             )
-        )
+        )  # fmt: skip
     for arm in controls:
         per_a, per_b = table.per_seed(arm), table.per_seed("BF16")
         diffs = [per_a[k] - per_b[k] for k in per_a if k in per_b]

@@ -33,7 +33,7 @@ from fp8rl.analysis.tables import markdown_table
 from fp8rl.study.declaration import STUDIES_DIR, StudyError, known_studies, load_study
 from fp8rl.study.protocol import REPO, protocol_commit
 
-__all__ = ["main"]
+__all__ = ["main", "run_grids"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,23 +68,28 @@ def _status_text(frame: pd.DataFrame) -> str:
     return markdown_table(table)
 
 
-def _run_grids(grids: Sequence[Sequence[str]], runs_dir: str, jobs: int, out: TextIO) -> bool:
-    """Each grid's ``sweep.py``, ``jobs`` at a time; True if any failed."""
-    sweep = [sys.executable, str(REPO / "sweep.py")]
+def run_grids(
+    grids: Sequence[Sequence[str]], jobs: int, out: TextIO, sweep: Sequence[str] | None = None
+) -> bool:
+    """Each grid's ``sweep.py`` (``sweep``: the command, default this interpreter on the
+    repository's ``sweep.py``), ``jobs`` at a time (the run store keeps concurrent
+    invocations apart: each run has its own lock); True if any failed. sweep.py prints each
+    grid's plan (run ids, start/resume/skip, estimated time) before it starts."""
+    sweep = list(sweep or [sys.executable, str(REPO / "sweep.py")])
     failed, running = False, []
     for i, grid in enumerate(grids, 1):
         while len(running) >= jobs:
             failed |= _reap(running)
-        args = [*grid, f"runs_dir={runs_dir}"]
-        out.write(f"\n== grid {i}/{len(grids)}: python sweep.py {' '.join(args)}\n")
+        out.write(f"\n== grid {i}/{len(grids)}: python sweep.py {' '.join(grid)}\n")
         out.flush()
-        running.append(subprocess.Popen([*sweep, *args], cwd=REPO))
+        running.append(subprocess.Popen([*sweep, *grid]))
     while running:
         failed |= _reap(running)
     return failed
 
 
 def _reap(running: list[subprocess.Popen]) -> bool:
+    """Wait for one of ``running`` to end; remove it; True if it failed."""
     while True:
         for proc in running:
             if proc.poll() is not None:
@@ -118,7 +123,8 @@ def main(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     if args.command == "status":
         out.write(_status_text(frame) + "\n\n" + plan.summary(args.workers) + "\n")
         return 0
-    failed = _run_grids(study.grids, args.runs_dir, args.jobs, out)
+    grids = [["-m", *grid, f"runs_dir={args.runs_dir}"] for grid in study.grids]
+    failed = run_grids(grids, args.jobs, out)
     from fp8rl.study.plan import plan_study
 
     after = plan_study(study, args.runs_dir)
