@@ -23,9 +23,9 @@ folder, which has the same layout) through :class:`fp8rl.runs.RunStore`, never a
   entropy surge, garbled share, lower-clip gap), the endpoint table, mechanism verdicts.
 * :mod:`.study_report` — the study's part of a report: controls, BF16's gain over the SFT
   base, run time per arm, the protocol-precedes-runs check.
-* :mod:`.frontier` — the stability frontier: failure endpoints, thresholds from BF16 runs
-  only, each pilot run's failure and the protocol's rule that picks the study's regime.
-* :mod:`.frontier_report` — the frontier pilot's report (``make frontier-pilot-report``).
+* :mod:`.thresholds` — failure thresholds from a study's own BF16 reference runs.
+* :mod:`.frontier_report` — the frontier pilot's report (``make frontier-pilot-report``;
+  its rule: ``studies/frontier_pilot/rule.py``).
 
 Scripts in ``scripts/`` (``first_look.py``, ``regime_report.py``, ``noise_table.py``) only
 find runs and print what these return.

@@ -39,6 +39,7 @@ __all__ = [
     "Endpoint",
     "RunCurves",
     "endpoint",
+    "median_time_to_failure",
     "run_curves",
 ]
 
@@ -160,6 +161,18 @@ def endpoint(name: str) -> Endpoint:
         raise KeyError(
             f"unknown endpoint {name!r}: expected one of {', '.join(ENDPOINTS)}"
         ) from None
+
+
+def median_time_to_failure(steps: Sequence[float | None]) -> float:
+    """The median over runs of the step of failure, a run that did not fail (None or NaN)
+    counted as failing after every run that did (at infinity): with an even count the mean
+    of the middle two, so a median that a censored run enters is infinite ("not reached");
+    NaN without runs."""
+    if not steps:
+        return math.nan
+    times = sorted(math.inf if s is None or pd.isna(s) else float(s) for s in steps)
+    mid = len(times) // 2
+    return times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
 
 
 def _curve(frame: pd.DataFrame) -> list[tuple[int, float]]:

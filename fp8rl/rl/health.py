@@ -2,8 +2,8 @@
 
 One module holds the definitions and the default thresholds; the trainers (the tiny
 backend's loop, verl's through ``fp8rl.verl_ext``) watch a run with :class:`HealthMonitor`
-and the analysis (:mod:`fp8rl.analysis.frontier`) judges finished runs with the same
-functions, so a live alert and a report's failure step cannot disagree.
+and the analysis (:mod:`fp8rl.analysis.endpoints`, :func:`run_failure`) judges finished runs
+with the same functions, so a live alert and a report's failure step cannot disagree.
 
 **Endpoints** (docs/study/frontier_protocol.md, "Failure endpoints"), each a statistic of a
 run's curves up to a step:
@@ -77,6 +77,7 @@ __all__ = [
     "THRESHOLD_PREFIX",
     "VALUE_OF",
     "Alert",
+    "Failure",
     "FailureThresholds",
     "HealthMonitor",
     "HealthStop",
@@ -91,6 +92,7 @@ __all__ = [
     "eval_count",
     "held_out",
     "report_alerts",
+    "run_failure",
     "surge_ratio",
     "thresholds_from",
     "trailing_mean",
@@ -214,7 +216,7 @@ class ReferenceStats:
 
 
 #: The frontier pilot's reference statistics, unrounded (module docstring): its seven BF16
-#: reference runs, as ``fp8rl.analysis.frontier.reference_thresholds`` computes them from
+#: reference runs, as ``fp8rl.analysis.thresholds.reference_thresholds`` computes them from
 #: the committed ``results/`` (a test recomputes and compares them).
 FRONTIER_REFERENCE = ReferenceStats(
     largest_surge_ratio=1.5927440454574853,
@@ -289,6 +291,34 @@ def endpoint_steps(
         else:
             monitor.on_eval(step, value, other)
     return {name: (a.step if (a := monitor.fired.get(name)) else None) for name in ENDPOINTS}
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A run's outcome up to ``until``: ``step`` of its first failure (None: censored at
+    ``until``) and the ``endpoint`` that fired first."""
+
+    failed: bool
+    step: int | None
+    endpoint: str | None
+    until: int
+
+
+def run_failure(
+    entropy: Sequence[tuple[int, float]],
+    accuracy: Sequence[tuple[int, float]],
+    garbled: Sequence[tuple[int, float]],
+    thresholds: FailureThresholds,
+    until: int,
+) -> Failure:
+    """Whether and when a run fails: the first of its :func:`endpoint_steps`, ties at one
+    step in the order of :data:`ENDPOINTS`."""
+    steps = endpoint_steps(entropy, accuracy, garbled, thresholds, until)
+    found = [(s, i, name) for i, name in enumerate(ENDPOINTS) if (s := steps[name]) is not None]
+    if not found:
+        return Failure(False, None, None, until)
+    step, _, endpoint = min(found)
+    return Failure(True, step, endpoint, until)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ never from the folder.
 from __future__ import annotations
 
 import importlib.util
+import sys
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -99,13 +101,14 @@ def known_studies(studies_dir: Path | str = STUDIES_DIR) -> list[str]:
 
 def load_study(name: str, studies_dir: Path | str = STUDIES_DIR) -> Study:
     """``STUDY`` of ``studies/<name>/study.py``; StudyError in one line when there is no
-    such folder, no ``STUDY`` or it names another study."""
+    such folder, no ``STUDY`` or it names another study. The folder is the package
+    ``fp8rl_studies.<name>``: ``study.py`` imports its rule as ``from .rule import ...``."""
     root = Path(studies_dir)
     path = root / name / "study.py"
     if not path.is_file():
         known = ", ".join(known_studies(root)) or "none"
         raise StudyError(f"no study {name!r} in {root} (known: {known})")
-    spec = importlib.util.spec_from_file_location(f"fp8rl_studies.{name}", path)
+    spec = importlib.util.spec_from_file_location(f"{_package(name, path.parent)}.study", path)
     if spec is None or spec.loader is None:
         raise StudyError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
@@ -116,3 +119,18 @@ def load_study(name: str, studies_dir: Path | str = STUDIES_DIR) -> Study:
     if study.name != name:
         raise StudyError(f"{path} declares study {study.name!r}, not {name!r}")
     return replace(study, folder=path.parent)
+
+
+def _package(name: str, folder: Path) -> str:
+    """``fp8rl_studies.<name>``, a package over ``folder``, made once per folder (a rule
+    module is imported once, and its types stay the same across loads)."""
+    package = f"fp8rl_studies.{name}"
+    sys.modules.setdefault("fp8rl_studies", types.ModuleType("fp8rl_studies"))
+    known = sys.modules.get(package)
+    if known is None or list(getattr(known, "__path__", [])) != [str(folder)]:
+        for stale in [m for m in sys.modules if m.startswith(f"{package}.")]:
+            del sys.modules[stale]
+        module = types.ModuleType(package)
+        module.__path__ = [str(folder)]
+        sys.modules[package] = module
+    return package

@@ -9,6 +9,11 @@
   commands and options from ``Study.options``.
 * ``bf16_search`` — the BF16 setup search's table (:mod:`fp8rl.analysis.search_report`)
   into ``search.md``, its header the folder's ``report.md``.
+* ``frontier_pilot`` — the frontier pilot's report
+  (:func:`fp8rl.analysis.frontier_report.write_pilot_report`): failure thresholds from the
+  study's own BF16 reference (``Study.options``: ``reference``, ``reference_runs``,
+  ``responses``) at each of its design's lengths, read by its rule (``options["rule"]``,
+  the folder's ``rule.py``) into the folder's ``report.md``.
 * ``learning_world`` — the learning-world search's readings
   (:func:`fp8rl.analysis.learning_world.write_report`), its header from the folder's
   ``report.md`` with the criterion's numbers filled in.
@@ -21,7 +26,7 @@ it from git) and returns a :class:`Written`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,11 +47,11 @@ from fp8rl.analysis.study_report import (
     run_starts,
 )
 from fp8rl.analysis.tables import markdown_table
-from fp8rl.rl.health import default_thresholds
+from fp8rl.rl.health import FailureThresholds, default_thresholds
 from fp8rl.runs import RESULTS_VERSION, RunStore, atomic_write_text
 from fp8rl.study.declaration import Study, StudyError
 
-__all__ = ["WRITERS", "Written", "write_generic"]
+__all__ = ["WRITERS", "Written", "frontier_thresholds", "write_generic"]
 
 Protocol = tuple[str, str] | None
 
@@ -255,6 +260,61 @@ def write_bf16_search(study: Study, source: Path, out: Path, protocol: Protocol)
     return Written(out, text, runs, summary=f"{len(runs)} pilots")
 
 
+def frontier_thresholds(study: Study, source: Path | RunStore) -> dict[int, FailureThresholds]:
+    """The failure thresholds at each of the study's lengths from its own BF16 reference runs
+    (``Study.options``: ``design``, ``reference``, ``reference_runs``, ``responses``);
+    :class:`~fp8rl.analysis.thresholds.ReferenceRunError` names a reference run that is
+    damaged, unfinished or missing."""
+    from fp8rl.analysis.thresholds import failure_thresholds, reference_thresholds
+
+    opts = study.options
+    design, responses = opts["design"], int(opts["responses"])
+    _, stats = reference_thresholds(
+        source if isinstance(source, RunStore) else _store(study, source),
+        opts["reference"],
+        n_evals=design.n_evals(max(design.lengths)),
+        responses=responses,
+        experiments=tuple(opts["reference_runs"]),
+        expected=opts["reference_runs"],
+    )
+    return {
+        n: failure_thresholds(stats, n_evals=design.n_evals(n), responses=responses)
+        for n in design.lengths
+    }
+
+
+def write_frontier_pilot(
+    study: Study,
+    source: Path,
+    out: Path,
+    protocol: Protocol,
+    *,
+    thresholds: Mapping[int, FailureThresholds] | None = None,
+) -> Written:
+    """The frontier pilot's report (module docstring); ``thresholds``: default
+    :func:`frontier_thresholds`."""
+    from fp8rl.analysis.frontier_report import write_pilot_report
+
+    if thresholds is None:
+        thresholds = frontier_thresholds(study, source)
+    store = _store(study, source)
+    report = write_pilot_report(
+        store,
+        out,
+        thresholds,
+        rule=study.options["rule"],
+        design=study.options["design"],
+        template=study.prose("report.md").replace("{title}", study.title, 1),
+        protocol_path=str(study.protocol),
+        protocol=protocol,
+        experiment=study.experiment,
+        commands=tuple(study.options.get("commands", ())),
+    )
+    runs = runs_frame(store, study.experiment, pilot_seeds=True)
+    summary = report.summary_text().rsplit("\nreport: ", 1)[0]
+    return Written(out, (out / "README.md").read_text(), runs, summary=summary)
+
+
 Writer = Callable[[Study, Path, Path, Protocol], Written]
 #: The writers a declaration may name.
 WRITERS: dict[str, Writer] = {
@@ -262,6 +322,7 @@ WRITERS: dict[str, Writer] = {
     "table2": write_table2,
     "learning_world": write_learning_world,
     "bf16_search": write_bf16_search,
+    "frontier_pilot": write_frontier_pilot,
 }
 
 

@@ -1,6 +1,7 @@
-"""fp8rl.analysis.frontier: the failure endpoints' statistics and thresholds on hand-worked
-curves, a run's failure and time to it, the BF16 reference chosen by config, and the
-thresholds the committed BF16 runs give (the protocol quotes them)."""
+"""fp8rl.analysis.thresholds and fp8rl.rl.health.run_failure: the failure endpoints'
+statistics and thresholds on hand-worked curves, a run's failure and time to it, the BF16
+reference chosen by config, and the thresholds the committed BF16 runs give (the protocol
+quotes them)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,19 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from pilot_store import REFERENCE
 from synthetic_store import add_run
 
-from fp8rl.analysis.frontier import (
+from fp8rl.analysis.load import eval_frame, metrics_frame, runs_frame
+from fp8rl.analysis.thresholds import bf16_reference, failure_thresholds, reference_statistics
+from fp8rl.rl.health import (
     FailureThresholds,
-    Reference,
-    bf16_reference,
     drawdown,
     drawdown_quantile,
     endpoint_steps,
-    failure_thresholds,
-    reference_statistics,
     run_failure,
     surge_ratio,
 )
-from fp8rl.analysis.load import eval_frame, metrics_frame, runs_frame
 from fp8rl.runs import RunStore
 
 from room_rules import REPO
@@ -135,7 +134,7 @@ def test_the_reference_is_chosen_by_config_and_its_statistics_read_the_store(tmp
     add_run(store, "s", "FP8 rollout + BF16 training", 0, steps=4, **ok)
     add_run(store, "s", "BF16 + CC (control)", 0, steps=4, **ok)
     add_run(store, "s", "BF16", 4, steps=4, status="failed", **ok)
-    runs = bf16_reference(runs_frame(store, "s"), Reference())
+    runs = bf16_reference(runs_frame(store, "s"), REFERENCE)
     assert list(runs["run_id"]) == [a]
     stats = reference_statistics(
         metrics_frame(store, "s", runs), eval_frame(store, "s", runs), window=1
@@ -149,7 +148,7 @@ def test_the_committed_bf16_runs_give_the_protocols_thresholds() -> None:
     # docs/study/frontier_protocol.md quotes these (scripts/frontier_thresholds.py)
     root, stats = REPO / "results", []
     for experiment in ("table2", "bf16_search"):
-        runs = bf16_reference(runs_frame(root, experiment))
+        runs = bf16_reference(runs_frame(root, experiment), REFERENCE)
         metrics = metrics_frame(root, experiment, runs, metrics=["actor/entropy"])
         stats.append(reference_statistics(metrics, eval_frame(root, experiment, runs)))
     frame = pd.concat(stats, ignore_index=True)

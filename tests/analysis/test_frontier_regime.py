@@ -21,6 +21,8 @@ from pilot_store import (
     LR_HIGH,
     LR_LOW,
     PILOT,
+    REFERENCE,
+    RULE,
     SOFT_BASE,
     Pilot,
     Spec,
@@ -30,25 +32,19 @@ from pilot_store import (
 from synthetic_store import add_run
 
 from fp8rl.analysis.bounds import cc_runs
-from fp8rl.analysis.frontier import (
-    FailureThresholds,
-    Point,
-    PointOutcome,
-    Regime,
-    Setting,
-    bf16_reference,
-    choose_regime,
-    loop_links,
-    loosened,
-    median_time_to_failure,
-    pilot_outcomes,
-    point_outcomes,
-    threshold_sensitivity,
-)
+from fp8rl.analysis.endpoints import median_time_to_failure
 from fp8rl.analysis.load import eval_frame, metrics_frame, runs_frame
 from fp8rl.analysis.study import endpoints_frame
 from fp8rl.analysis.tables import table2
+from fp8rl.analysis.thresholds import bf16_reference
+from fp8rl.rl.health import FailureThresholds
 from fp8rl.runs import RunStore
+
+# the pilot's rule (studies/frontier_pilot/rule.py)
+Point, PointOutcome, Regime, Setting = RULE.Point, RULE.PointOutcome, RULE.Regime, RULE.Setting
+choose_regime, loop_links, loosened = RULE.choose_regime, RULE.loop_links, RULE.loosened
+pilot_outcomes, point_outcomes = RULE.pilot_outcomes, RULE.point_outcomes
+threshold_sensitivity = RULE.threshold_sensitivity
 
 
 def regime_of(
@@ -219,7 +215,9 @@ def test_pilot_seeds_never_reach_a_study_table(tmp_path) -> None:
     assert table.cells.query("arm == 'BF16' and column == 'all'")["mean"].tolist() == [0.5]
     metrics = metrics_frame(store, "s", runs)
     assert endpoints_frame(runs, metrics, evals)["run_id"].tolist() == [study]
-    assert list(bf16_reference(runs)["run_id"]) == [study]  # thresholds never see the pilot
+    assert list(bf16_reference(runs, REFERENCE)["run_id"]) == [
+        study
+    ]  # thresholds never see the pilot
     assert cc_runs(runs).empty
     # the pilot's own report reads them
     assert runs_frame(store, "s", pilot_seeds=True).set_index("run_id").loc[pilot, "usable"]

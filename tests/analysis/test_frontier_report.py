@@ -1,18 +1,28 @@
-"""The frontier pilot's report (fp8rl.analysis.frontier_report): on a synthetic pilot whose
-regime is worked out by hand (tests/helpers/pilot_store.py, scenario A: the centre at 200
-steps), every run listed with its endpoints, the verdict, byte-identical on regeneration;
-on a store without pilot runs it says so instead of crashing."""
+"""The frontier pilot's report (fp8rl.analysis.frontier_report with the pilot's rule): on a
+synthetic pilot whose regime is worked out by hand (tests/helpers/pilot_store.py, scenario
+A: the centre at 200 steps), every run listed with its endpoints, the verdict,
+byte-identical on regeneration; on a store without pilot runs it says so instead of
+crashing."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from pilot_store import LR_LOW, PILOT, hand_thresholds, scenario_a
+from pilot_store import LR_LOW, PILOT, STUDY, hand_thresholds, scenario_a
 
-from fp8rl.analysis.frontier_report import write_pilot_report
+from fp8rl.analysis import frontier_report
 from fp8rl.analysis.study_report import run_provenance
 from fp8rl.runs import RunStore
+
+
+def write_pilot_report(store: RunStore, out: Path, thresholds, *, protocol=None):
+    """The writer as the study room calls it, with the pilot's declaration."""
+    return frontier_report.write_pilot_report(
+        store, out, thresholds, rule=STUDY.options["rule"], design=STUDY.options["design"],
+        template=STUDY.prose("report.md").replace("{title}", STUDY.title),
+        protocol_path=str(STUDY.protocol), protocol=protocol,
+    )  # fmt: skip
 
 
 def _files(folder: Path) -> dict[str, bytes]:

@@ -13,17 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from pilot_store import REFERENCE, REFERENCE_RUNS, pilot_thresholds
+from pilot_store import pilot_reference_thresholds as reference_thresholds
 from synthetic_store import add_run
 
-from fp8rl.analysis.frontier import (
-    REFERENCE_RUNS,
-    Reference,
-    ReferenceRunError,
-    bf16_reference,
-    pilot_thresholds,
-    reference_thresholds,
-)
 from fp8rl.analysis.load import eval_frame, runs_frame
+from fp8rl.analysis.thresholds import ReferenceRunError, bf16_reference
 from fp8rl.analysis.viewer import write_run_viewer
 from fp8rl.runs import RunIdentityError, RunStore
 
@@ -117,7 +112,7 @@ def test_the_token_viewer_refuses_a_copied_run_folder(tmp_path) -> None:
 def test_the_protocols_reference_runs_are_the_seven_it_names() -> None:
     # docs/study/frontier_protocol.md: table2's four BF16 seeds, the search's three
     for experiment, ids in REFERENCE_RUNS.items():
-        chosen = bf16_reference(runs_frame(RESULTS, experiment))
+        chosen = bf16_reference(runs_frame(RESULTS, experiment), REFERENCE)
         assert sorted(chosen["run_id"]) == sorted(ids)
     assert sum(len(ids) for ids in REFERENCE_RUNS.values()) == 7
 
@@ -151,14 +146,14 @@ def test_a_reference_run_without_results_or_readable_config_is_never_dropped(tmp
     add_run(store, "s", "BF16", 0, scores={"f": 0.5}, **OK)
     running = add_run(store, "s", "BF16", 1, steps=10, stop_at=3, status="running", **OK)
     with pytest.raises(ReferenceRunError, match=f"s/{running} is running"):
-        bf16_reference(runs_frame(store, "s"), Reference())
+        bf16_reference(runs_frame(store, "s"), REFERENCE)
     shutil.rmtree(store.run_dir("s", running))
     # a damaged run whose config is unreadable may be a reference run: it is not guessed away
     other = add_run(store, "s", "Rowwise FP8", 0, scores={"f": 0.4}, **OK)
     (store.run_dir("s", other) / "config.yaml").unlink()
     (store.run_dir("s", other) / "metrics.jsonl").write_text("garbage\n")
     with pytest.raises(ReferenceRunError, match=f"s/{other} is damaged"):
-        bf16_reference(runs_frame(store, "s"), Reference())
+        bf16_reference(runs_frame(store, "s"), REFERENCE)
 
 
 def test_a_reference_run_without_an_entropy_curve_stops_the_thresholds(tmp_path) -> None:

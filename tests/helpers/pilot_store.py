@@ -13,18 +13,30 @@ given a ``clip_gap`` c logs the shadow's clip gap every 10 steps: c up to step 2
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 from synthetic_store import config
 
-from fp8rl.analysis.frontier import CLIP_GAP, FailureThresholds, PilotDesign, Setting
+from fp8rl.analysis.endpoints import CLIP_GAP
+from fp8rl.analysis.thresholds import reference_thresholds
+from fp8rl.rl.health import FailureThresholds
 from fp8rl.runs import RunStore
+from fp8rl.study import load_study
+from fp8rl.study.writers import frontier_thresholds
 
 PILOT = "frontier_pilot"
-DESIGN = PilotDesign()
+#: The pilot's declaration and its rule (studies/frontier_pilot/).
+STUDY = load_study(PILOT)
+RULE = importlib.import_module("fp8rl_studies.frontier_pilot.rule")
+Setting, PilotDesign = RULE.Setting, RULE.PilotDesign
+DESIGN = STUDY.options["design"]
+REFERENCE = STUDY.options["reference"]
+REFERENCE_RUNS = STUDY.options["reference_runs"]
 CENTRE = Setting(1.7e-4, 1.0, 1200)
 LR_LOW = Setting(1e-4, 1.0, 1200)
 LR_HIGH = Setting(3e-4, 1.0, 1200)
@@ -32,6 +44,21 @@ HOT = Setting(1.7e-4, 1.2, 1200)
 SOFT_BASE = Setting(1.7e-4, 1.0, 900)
 BF16, E4M3 = "BF16", "Rowwise FP8"
 DOSE = ("MXFP8", "MXFP6 E3M2", "MXFP4")
+
+
+def pilot_thresholds(source: RunStore | Path) -> dict[int, FailureThresholds]:
+    """The pilot's thresholds at each length from its BF16 reference under ``source``."""
+    return frontier_thresholds(STUDY, source)
+
+
+def pilot_reference_thresholds(
+    source: RunStore | Path | str, *, n_evals: int, experiments: tuple[str, ...] | None = None
+) -> tuple[FailureThresholds, object]:
+    """:func:`fp8rl.analysis.thresholds.reference_thresholds` on the pilot's reference."""
+    return reference_thresholds(
+        source, REFERENCE, n_evals=n_evals, responses=STUDY.options["responses"],
+        experiments=experiments or tuple(REFERENCE_RUNS),
+    )  # fmt: skip
 
 
 def hand_thresholds(drawdown_at_100: float = 0.05) -> dict[int, FailureThresholds]:

@@ -135,9 +135,9 @@ def test_the_protocol_rules_on_the_default_reference():
 def test_the_default_reference_is_what_the_committed_reference_runs_give():
     """FRONTIER_REFERENCE is the frontier analysis's own reading of the committed BF16
     reference runs, unrounded: a change to either shows here."""
-    from fp8rl.analysis.frontier import reference_thresholds
+    from pilot_store import pilot_reference_thresholds
 
-    found, _ = reference_thresholds(REPO / "results", n_evals=11)
+    found, _ = pilot_reference_thresholds(REPO / "results", n_evals=11)
     assert found.largest_surge_ratio == FRONTIER_REFERENCE.largest_surge_ratio
     assert found.largest_garbled == FRONTIER_REFERENCE.largest_garbled
     assert found.eval_noise_sd == FRONTIER_REFERENCE.eval_noise_sd

@@ -12,6 +12,7 @@ from fp8rl.study.protocol import REPO, protocol_commit
 from fp8rl.study.writers import WRITERS
 
 MIGRATED = (
+    "frontier_pilot",
     "learning_world",
     "table2",
     "table2_default",

@@ -30,6 +30,7 @@ def files(root: Path) -> dict[str, bytes]:
         pytest.param("table2_small", marks=SLOW),
         pytest.param("table2_default", marks=SLOW),
         pytest.param("table2", marks=SLOW),
+        pytest.param("frontier_pilot", marks=SLOW),
     ],
 )
 def test_the_committed_report_regenerates_byte_for_byte(

@@ -1,51 +1,16 @@
-"""The stability frontier (issue 33 part 3; docs/study/frontier_protocol.md): failure
-endpoints, their thresholds set from BF16 runs only, and a run's failure and time to it.
-The endpoints' definitions and the threshold rules live in :mod:`fp8rl.rl.health` (the live
-monitor of both trainers uses the same functions); this module reads them off run stores.
+"""The frontier pilot's rule (docs/study/frontier_protocol.md, "The rule that picks the
+study's regime"), applied exactly, and what only it needs: the pilot's design types
+(:class:`Setting`, :class:`Point`, :class:`PilotDesign`; the design itself is declared in
+``study.py``), each run read at each length (:func:`pilot_outcomes`), the points
+(:func:`point_outcomes`), the regime (:func:`choose_regime`), the pilot's progress against
+its cap, the post-hoc sensitivity and rounding checks, and the report sections that print
+them. The failure endpoints and thresholds are generic (:mod:`fp8rl.rl.health`,
+:mod:`fp8rl.analysis.thresholds`); the report is :mod:`fp8rl.analysis.frontier_report`'s.
 
-**Endpoints** of one run, each a statistic of its curves up to a step ``until``:
-
-* **entropy surge** — ``surge_ratio``: the largest ratio of the trailing mean of
-  ``actor/entropy`` (``window`` steps, :func:`fp8rl.rl.health.trailing_mean`) to its
-  running minimum: the factor at which :func:`fp8rl.analysis.curves.detect_surges` would
-  first fire (today's rule fires at 1.5);
-* **garbled share** — ``garbled_max``: the largest ``val-aux/all/garbled/mean@k`` over the
-  held-out evaluations after step 0;
-* **accuracy below the run's own earlier peak** — ``drawdown``: the largest fall of
-  ``val-core/all/acc/mean@k`` below its running maximum over the evaluations (step 0, the
-  base, included).
-
-**Thresholds from BF16 only** (:func:`failure_thresholds`), on the *reference* runs
-(:func:`bf16_reference`: BF16 training, BF16 rollout, standard clipping on the study's base
-at learning rates up to the pilot's lowest, chosen by config, never by outcome):
-
-* surge factor ``F = 1 + 2 (S - 1)``, S the largest ``surge_ratio`` of a reference run:
-  twice the largest rise above its running minimum that BF16 itself showed;
-* garbled ``G = max(10 g, 10 / responses)``, g the largest garbled share of a reference
-  evaluation: an order of magnitude above BF16's worst, and at least ten responses of one
-  evaluation;
-* drawdown ``D``: the 99th percentile of the drawdown of ``n_evals`` independent
-  evaluations of a run whose true accuracy is flat, with the evaluation noise ``s`` the
-  pooled standard deviation of the reference runs' successive evaluation differences about
-  each run's mean difference (its linear trend), over sqrt 2 (what curvature of the
-  learning is left in it overstates the noise: a conservative, higher ``D``), estimated by
-  :data:`DRAWDOWN_DRAWS` seeded normal draws.
-
-A run **fails** (:func:`run_failure`) at the first step where any endpoint crosses its
-threshold: the surge's start step, the evaluation step of the garbled share or of the
-drawdown. Its time to failure is that step; a run that does not fail by ``until`` is
-censored there.
-
-**The rule that picks the study's regime** (:func:`choose_regime`, the protocol's section
-of that name, applied exactly): the pilot's runs (:class:`PilotDesign`) read at each length
-(:func:`pilot_outcomes`, with :func:`pilot_thresholds` from the committed reference only);
-at each *point* (a :class:`Setting` where BF16 and plain E4M3 both ran, at one length) the
-failures of each (:func:`point_outcomes`); rule 1 eligibility, rule 2 the point where plain
-E4M3 fails most with its tie-breaks, rule 3 the dose lever at the centre, rule 4 no regime
-(:class:`Regime`). Where the protocol leaves a case unstated the reading is the
-conservative one, named where it is made: a point whose BF16 runs are not all read is not
-eligible ("0 of 2" needs both); a run stopped before a length without failing is not read
-there; a median time to failure that a censored run enters is "not reached" (infinite).
+Where the protocol leaves a case unstated the reading is the conservative one, named where
+it is made: a point whose BF16 runs are not all read is not eligible ("0 of 2" needs both);
+a run stopped before a length without failing is not read there; a median time to failure
+that a censored run enters is "not reached" (infinite).
 """
 
 from __future__ import annotations
@@ -53,273 +18,23 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from fp8rl.analysis.load import (
-    as_store,
-    config_column,
-    eval_frame,
-    metrics_frame,
-    pilot_seed,
-    runs_frame,
-)
+from fp8rl.analysis.endpoints import CLIP_GAP, median_time_to_failure
+from fp8rl.analysis.frontier_report import Reading
+from fp8rl.analysis.frontier_report import points as _pts
+from fp8rl.analysis.load import config_column
+from fp8rl.analysis.tables import markdown_table
 from fp8rl.rl.health import (
-    DRAWDOWN_DRAWS,
     ENDPOINTS,
+    ENTROPY,
     FailureThresholds,
-    ReferenceStats,
     drawdown,
-    drawdown_quantile,
     endpoint_steps,
+    run_failure,
     surge_ratio,
-    thresholds_from,
 )
-from fp8rl.runs import RunStore
-
-__all__ = [
-    "ACCURACY",
-    "CLIP_GAP",
-    "DRAWDOWN_DRAWS",
-    "ENDPOINTS",
-    "ENTROPY",
-    "FRONTIER_PROTOCOL",
-    "GARBLED",
-    "LINK_COLUMNS",
-    "OUTCOME_COLUMNS",
-    "PILOT_CAP_HOURS",
-    "PILOT_DESIGN",
-    "PILOT_RESPONSES",
-    "PILOT_RESULTS_VERSION",
-    "PILOT_WORKERS",
-    "REFERENCE_EXPERIMENTS",
-    "REFERENCE_RUNS",
-    "ROUNDING_COLUMNS",
-    "SENSITIVITY_COLUMNS",
-    "SENSITIVITY_FACTORS",
-    "Failure",
-    "FailureThresholds",
-    "PilotDesign",
-    "PilotProgress",
-    "Point",
-    "PointOutcome",
-    "Reference",
-    "ReferenceRunError",
-    "Regime",
-    "Setting",
-    "as_printed",
-    "bf16_reference",
-    "choose_regime",
-    "drawdown",
-    "drawdown_quantile",
-    "endpoint_steps",
-    "failure_thresholds",
-    "loop_links",
-    "loosened",
-    "median_time_to_failure",
-    "pilot_outcomes",
-    "pilot_progress",
-    "pilot_thresholds",
-    "point_outcomes",
-    "reference_statistics",
-    "reference_thresholds",
-    "rounding_moves",
-    "run_failure",
-    "surge_ratio",
-    "threshold_sensitivity",
-]
-
-ENTROPY = "actor/entropy"
-#: The held-out metrics (the study's in-loop evaluation names; ``k`` is the run's).
-ACCURACY = "val-core/all/acc/mean@{k}"
-GARBLED = "val-aux/all/garbled/mean@{k}"
-
-
-@dataclass(frozen=True)
-class Reference:
-    """Which runs set the thresholds: BF16 training and rollout, standard clipping (the
-    ``calibrated_clip`` loss at fixed nominal bounds), ``task=train``, the base of
-    ``sft_steps`` SFT steps, RL prompts of ``difficulties``, ``train.lr <= max_lr``."""
-
-    sft_steps: int = 1200
-    difficulties: tuple[int, ...] = (1, 2, 3)
-    max_lr: float = 1e-4
-
-
-class ReferenceRunError(ValueError):
-    """A run the thresholds are set from is damaged, unfinished or missing. The protocol
-    drops no reference run (docs/study/frontier_protocol.md, "The reference": every one),
-    so the thresholds stop, with the run named, rather than move without it."""
-
-
-#: What a run the thresholds would read cannot be read as (:func:`bf16_reference`): its
-#: files do not say what they should, or its results are not in yet.
-_NOT_READ = ("damaged", "running", "pending")
-
-
-def _recorded(r: Mapping[str, object]) -> str:
-    """A run's status and, where the store says why, its reason, on one line."""
-    reason = r.get("reason")
-    reason = " ".join(reason.split()) if isinstance(reason, str) else ""
-    return f"{r['status']}: {reason}" if reason else str(r["status"])
-
-
-def _named(rows: pd.DataFrame, what: str) -> str:
-    """``<experiment>/<run_id> <what>`` for each row of a runs frame, ``{recorded}`` in
-    ``what`` replaced by the run's :func:`_recorded`."""
-    out = []
-    for r in rows.to_dict("records"):
-        where = f"{r['experiment']}/{r['run_id']}" if "experiment" in r else str(r["run_id"])
-        out.append(f"{where} {what.format(recorded=_recorded(r))}")
-    return "; ".join(out)
-
-
-def _stop(named: str) -> ReferenceRunError:
-    return ReferenceRunError(
-        f"reference run {named}; the failure thresholds are set from every reference BF16 "
-        'run and the protocol drops none (docs/study/frontier_protocol.md, "The reference"): '
-        "restore or repair it (a committed run: git checkout -- results/), then run again"
-    )
-
-
-def bf16_reference(runs: pd.DataFrame, reference: Reference = Reference()) -> pd.DataFrame:
-    """The rows of ``runs`` (a :func:`fp8rl.analysis.load.runs_frame`) that are reference
-    BF16 runs (:class:`Reference`), recorded done or pruned with at least one step (a run
-    stopped by hand holds valid steps up to its stop), whatever their results version; never
-    a pilot seed's (the thresholds are not re-tuned on the pilot); a run recorded failed is
-    not one. Never drops one silently: raises :class:`ReferenceRunError` naming each run
-    that is a reference run by its config, or whose config is unreadable, and is damaged,
-    running or pending (the thresholds would move without it)."""
-    if runs.empty:
-        return runs
-
-    def col(key: str) -> pd.Series:
-        return config_column(runs, key)
-
-    configs = [c for c in runs.columns if c.startswith("config.")]
-    unknown = ~runs[configs].notna().any(axis=1) if configs else runs["status"].notna()
-    by_config = ~pilot_seed(runs) & (
-        (col("task") == "train")
-        & (col("granularity.training") == "bf16")
-        & col("granularity.rollout").isna()
-        & (col("clipping.mode") == "standard")
-        & (col("clipping.loss") == "calibrated_clip")
-        & col("clipping.init_low").isna()
-        & col("clipping.init_high").isna()
-        & (col("model.sft.steps") == reference.sft_steps)
-        & (col("train.lr") <= reference.max_lr)
-        & col("rollout.difficulties").map(lambda d: tuple(d) == reference.difficulties)
-    )
-    status = runs["status"]
-    unread = (by_config & status.isin(_NOT_READ)) | (unknown & (status == "damaged"))
-    if unread.any():
-        raise _stop(_named(runs[unread], "is {recorded}"))
-    # a run stopped by its health monitor (or pruned) holds valid steps up to its stop
-    keep = by_config & status.isin(["done", "pruned", "stopped"]) & runs["last_step"].notna()
-    return runs[keep].reset_index(drop=True)
-
-
-def reference_statistics(
-    metrics: pd.DataFrame, evals: pd.DataFrame, window: int = 5
-) -> pd.DataFrame:
-    """Per run of ``metrics``/``evals`` (frames of :mod:`fp8rl.analysis.load`):
-    ``run_id, steps, surge_ratio, evals, garbled_max, drawdown, diff_ss, diff_df`` (the sum
-    of squares of the successive evaluation differences about their mean, and its degrees of
-    freedom, for the noise estimate)."""
-    rows = []
-    for run_id, mine in metrics[metrics["metric"] == ENTROPY].groupby("run_id", sort=True):
-        curve = mine.sort_values("step")["value"]
-        ev = evals[(evals["run_id"] == run_id) & (evals["family"] == "all")]
-        acc = ev[ev["stat"] == "acc/mean"].sort_values("step")
-        garbled = ev[(ev["stat"] == "garbled/mean") & (ev["step"] > 0)]["value"]
-        diffs = np.diff(acc["value"].to_numpy())
-        rows.append(
-            {
-                "run_id": run_id,
-                "steps": int(mine["step"].max()),
-                "surge_ratio": surge_ratio(list(curve), window),
-                "evals": len(acc),
-                "garbled_max": float(garbled.max()) if len(garbled) else math.nan,
-                "drawdown": drawdown(list(acc["value"])),
-                "diff_ss": float(np.sum((diffs - diffs.mean()) ** 2)) if len(diffs) else 0.0,
-                "diff_df": max(len(diffs) - 1, 0),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def failure_thresholds(
-    stats: pd.DataFrame, *, n_evals: int, responses: int, window: int = 5
-) -> FailureThresholds:
-    """The rules of the module docstring on :func:`reference_statistics` of the reference
-    runs; ``n_evals``: evaluations of the longest run the thresholds judge (step 0
-    included); ``responses``: held-out responses of one evaluation (items x k)."""
-    if stats.empty:
-        raise ValueError("no reference BF16 runs: the thresholds need at least one")
-    s = float(stats["surge_ratio"].max())
-    g = float(stats["garbled_max"].max()) if stats["garbled_max"].notna().any() else 0.0
-    n = int(stats["diff_df"].sum())
-    if n == 0:
-        raise ValueError("no reference run has three evaluations (two differences)")
-    noise = math.sqrt(float(stats["diff_ss"].sum()) / n) / math.sqrt(2)
-    ref = ReferenceStats(
-        largest_surge_ratio=s,
-        largest_garbled=g,
-        eval_noise_sd=noise,
-        largest_drawdown=float(stats["drawdown"].max()),
-    )
-    return thresholds_from(ref, n_evals=n_evals, responses=responses, window=window)
-
-
-@dataclass(frozen=True)
-class Failure:
-    """A run's outcome up to ``until``: ``step`` of its first failure (None: censored at
-    ``until``) and the ``endpoint`` that fired first (``surge``, ``garbled``, ``drawdown``)."""
-
-    failed: bool
-    step: int | None
-    endpoint: str | None
-    until: int
-
-
-def run_failure(
-    entropy: Sequence[tuple[int, float]],
-    accuracy: Sequence[tuple[int, float]],
-    garbled: Sequence[tuple[int, float]],
-    thresholds: FailureThresholds,
-    until: int,
-) -> Failure:
-    """Whether and when a run fails (module docstring): the first of its
-    :func:`endpoint_steps`. Ties between endpoints at one step go in the order surge,
-    garbled, drawdown."""
-    steps = endpoint_steps(entropy, accuracy, garbled, thresholds, until)
-    found = [(s, i, name) for i, name in enumerate(ENDPOINTS) if (s := steps[name]) is not None]
-    if not found:
-        return Failure(False, None, None, until)
-    step, _, endpoint = min(found)
-    return Failure(True, step, endpoint, until)
-
-
-# --- The pilot and the rule that picks the study's regime --------------------------------
-
-#: The protocol's file (the pilot report checks that it precedes the pilot's runs).
-FRONTIER_PROTOCOL = "docs/study/frontier_protocol.md"
-#: The results version every run of the pilot and of its BF16 references ran under; its
-#: report reads them as of this version (fp8rl.runs.ids.RESULTS_VERSION has moved on since).
-PILOT_RESULTS_VERSION = 6
-#: The committed experiments holding the reference BF16 runs (never the pilot's).
-REFERENCE_EXPERIMENTS = ("table2", "bf16_search")
-#: The protocol's reference, run by run (docs/study/frontier_protocol.md, "The reference":
-#: the Table-2 study's four BF16 seeds, the BF16 search's lr 3e-5, 5e-5 and 1e-4 runs):
-#: :func:`pilot_thresholds` needs every one of them.
-REFERENCE_RUNS: Mapping[str, tuple[str, ...]] = {
-    "table2": ("3685ed8ec68d10a3", "68dfff03f32871fd", "76137b1f08156d6a", "3e9144609ee95602"),
-    "bf16_search": ("8264001c5735b35e", "9f83076ec3ae9da6", "0be94586780039af"),
-}
-#: Held-out responses of one pilot evaluation: 1,200 items x 4 samples.
-PILOT_RESPONSES = 1200 * 4
 
 
 @dataclass(frozen=True, order=True)
@@ -351,28 +66,23 @@ class Point:
 @dataclass(frozen=True)
 class PilotDesign:
     """The pilot's levers and levels, arms and seeds (docs/study/frontier_protocol.md,
-    "Levers and levels"), and the Table-2 study's setting the rule's last tie-breaks lean
-    to. ``settings``: where BF16 and plain E4M3 run (lever 1's three learning rates at the
-    centre's temperature and base, lever 3's other levels at the centre's lr); the dose arms
-    run at ``centre`` only."""
+    "Levers and levels"; the values: ``study.py``), the Table-2 study's setting the rule's
+    last tie-breaks lean to, and the compute cap. ``settings``: where BF16 and plain E4M3
+    run; the dose arms run at ``centre`` only."""
 
-    centre: Setting = Setting(1.7e-4, 1.0, 1200)
-    settings: tuple[Setting, ...] = (
-        Setting(1e-4, 1.0, 1200),
-        Setting(1.7e-4, 1.0, 1200),
-        Setting(3e-4, 1.0, 1200),
-        Setting(1.7e-4, 1.2, 1200),
-        Setting(1.7e-4, 1.0, 900),
-    )
-    lengths: tuple[int, ...] = (100, 200)
-    seeds: tuple[int, ...] = (100, 101)
-    eval_every: int = 20
-    baseline: str = "BF16"
-    plain: str = "Rowwise FP8"  # "plain E4M3": rowwise FP8 training and channel rollout
-    dose: tuple[str, ...] = ("MXFP8", "MXFP6 E3M2", "MXFP4")  # E4M3, E3M2, E2M1, MX 1x32
-    gentlest_check: str = "MXFP4"  # "MX groups prove too gentle" if this never fails
-    table2_temperature: float = 1.0
-    table2_sft_steps: int = 1200
+    centre: Setting
+    settings: tuple[Setting, ...]
+    lengths: tuple[int, ...]
+    seeds: tuple[int, ...]
+    eval_every: int
+    baseline: str  # BF16
+    plain: str  # "plain E4M3"
+    dose: tuple[str, ...]
+    gentlest_check: str  # "MX groups prove too gentle" if this never fails
+    table2_temperature: float
+    table2_sft_steps: int
+    cap_hours: float  # the compute cap, with ``workers`` runs side by side
+    workers: int
 
     def lever_of(self, setting: Setting) -> str:
         """Which lever a setting varies from the centre (``centre`` for the centre)."""
@@ -405,14 +115,15 @@ class PilotDesign:
         """Evaluations up to ``length``, step 0 included (11 at 200, 6 at 100)."""
         return length // self.eval_every + 1
 
+    def setting(self, lr: float, temperature: float, sft_steps: int) -> Setting:
+        return Setting(lr, temperature, sft_steps)
 
-#: The protocol's pilot.
-PILOT_DESIGN = PilotDesign()
-
-#: The protocol's compute cap: 30 hours of run time with two workers ("The pilot's compute,
-#: estimated and capped").
-PILOT_CAP_HOURS = 30.0
-PILOT_WORKERS = 2
+    def panels(self) -> list[tuple[Setting, tuple[str, ...]]]:
+        """Each setting with its arms, in the report's order (the dose arms at the centre)."""
+        return [
+            (s, (self.baseline, self.plain, *(self.dose if s == self.centre else ())))
+            for s in self.settings
+        ]
 
 
 @dataclass(frozen=True)
@@ -429,8 +140,8 @@ class PilotProgress:
     planned: int
     finished: int
     run_hours: float
-    cap_hours: float = PILOT_CAP_HOURS
-    workers: int = PILOT_WORKERS
+    cap_hours: float
+    workers: int
 
     @property
     def wall_hours(self) -> float:
@@ -464,12 +175,7 @@ class PilotProgress:
 
 
 def pilot_progress(
-    runs: pd.DataFrame,
-    outcomes: pd.DataFrame,
-    design: PilotDesign = PILOT_DESIGN,
-    *,
-    cap_hours: float = PILOT_CAP_HOURS,
-    workers: int = PILOT_WORKERS,
+    runs: pd.DataFrame, outcomes: pd.DataFrame, design: PilotDesign
 ) -> PilotProgress:
     """:class:`PilotProgress` from the pilot's :func:`~fp8rl.analysis.load.runs_frame`
     (its ``run_s``, every attempt) and :func:`pilot_outcomes` (which runs are in the design
@@ -479,100 +185,8 @@ def pilot_progress(
         judged = outcomes[outcomes["in_design"].astype(bool) & outcomes["judged"].astype(bool)]
         finished = int(judged["run_id"].nunique())
     seconds = pd.to_numeric(runs.get("run_s", pd.Series(dtype=float)), errors="coerce")
-    return PilotProgress(
-        design.planned_runs, finished, float(seconds.fillna(0).sum()) / 3600, cap_hours, workers
-    )
-
-
-def reference_thresholds(
-    source: RunStore | Path | str,
-    *,
-    n_evals: int,
-    responses: int = PILOT_RESPONSES,
-    window: int = 5,
-    experiments: Sequence[str] = REFERENCE_EXPERIMENTS,
-    reference: Reference = Reference(),
-    expected: Mapping[str, Sequence[str]] | None = None,
-) -> tuple[FailureThresholds, pd.DataFrame]:
-    """The thresholds from the reference BF16 runs of ``experiments`` under ``source`` (the
-    protocol's: never the pilot's), and the reference runs' statistics (with ``experiment``,
-    ``seed`` and ``lr`` columns) they came from. Raises :class:`ReferenceRunError` naming a
-    reference run that is damaged or unfinished (:func:`bf16_reference`), that has no
-    ``actor/entropy`` curve or no held-out evaluation, or, of the run ids ``expected``
-    names per experiment, one that is missing or not a reference run."""
-    stats = []
-    for experiment in experiments:
-        listed = runs_frame(source, experiment)
-        runs = bf16_reference(listed, reference)
-        _check_expected(source, experiment, listed, runs, (expected or {}).get(experiment, ()))
-        if runs.empty:
-            continue
-        metrics = metrics_frame(source, experiment, runs, metrics=[ENTROPY])
-        frame = reference_statistics(metrics, eval_frame(source, experiment, runs), window)
-        _check_read(runs, frame)
-        lr = runs[["run_id", "seed"]].assign(lr=config_column(runs, "train.lr"))
-        stats.append(frame.merge(lr, on="run_id").assign(experiment=experiment))
-    table = pd.concat(stats, ignore_index=True) if stats else pd.DataFrame()
-    found = failure_thresholds(table, n_evals=n_evals, responses=responses, window=window)
-    return found, table
-
-
-def _check_expected(
-    source: RunStore | Path | str,
-    experiment: str,
-    listed: pd.DataFrame,
-    runs: pd.DataFrame,
-    expected: Sequence[str],
-) -> None:
-    """:class:`ReferenceRunError` naming each of the ``expected`` run ids that ``runs`` (the
-    reference runs of ``listed``, every run of ``experiment``) lacks."""
-    chosen = set(runs["run_id"]) if "run_id" in runs else set()
-    lacking = [run_id for run_id in expected if run_id not in chosen]
-    if not lacking:
-        return
-    there = listed[listed["run_id"].isin(lacking)] if "run_id" in listed else listed.iloc[:0]
-    named = [_named(there, "is not a reference BF16 run here ({recorded})")]
-    folder = as_store(source).root / experiment
-    found = set(there["run_id"]) if "run_id" in there else set()
-    named += [f"{experiment}/{i} is missing from {folder}" for i in lacking if i not in found]
-    raise _stop("; ".join(n for n in named if n))
-
-
-def _check_read(runs: pd.DataFrame, stats: pd.DataFrame) -> None:
-    """:class:`ReferenceRunError` naming each reference run (``runs``) that its
-    :func:`reference_statistics` (``stats``) could not read: no entropy curve, no held-out
-    evaluation."""
-    read = dict(zip(stats.get("run_id", []), stats.get("evals", []), strict=True))
-    entropy = runs[~runs["run_id"].isin(read)]
-    evals = runs[runs["run_id"].map(lambda run_id: read.get(run_id) == 0)]
-    named = [_named(entropy, f"has no {ENTROPY} curve")]
-    named += [_named(evals, "has no held-out evaluation (val-core/all/acc/mean@k)")]
-    if any(named):
-        raise _stop("; ".join(n for n in named if n))
-
-
-def pilot_thresholds(
-    source: RunStore | Path | str,
-    design: PilotDesign = PILOT_DESIGN,
-    *,
-    responses: int = PILOT_RESPONSES,
-    window: int = 5,
-    expected: Mapping[str, Sequence[str]] | None = REFERENCE_RUNS,
-) -> dict[int, FailureThresholds]:
-    """:func:`reference_thresholds` for each of the pilot's lengths (the drawdown threshold
-    for that length's evaluations: ``n = 11`` at 200 steps, 6 at 100, as the protocol says),
-    from every run of the protocol's reference (``expected``: :data:`REFERENCE_RUNS`; a
-    damaged or missing one raises :class:`ReferenceRunError`, naming it)."""
-    return {
-        length: reference_thresholds(
-            source,
-            n_evals=design.n_evals(length),
-            responses=responses,
-            window=window,
-            expected=expected,
-        )[0]
-        for length in design.lengths
-    }
+    hours = float(seconds.fillna(0).sum()) / 3600
+    return PilotProgress(design.planned_runs, finished, hours, design.cap_hours, design.workers)
 
 
 def _curve(frame: pd.DataFrame) -> list[tuple[int, float]]:
@@ -598,7 +212,7 @@ def pilot_outcomes(
     metrics: pd.DataFrame,
     evals: pd.DataFrame,
     thresholds: Mapping[int, FailureThresholds],
-    design: PilotDesign = PILOT_DESIGN,
+    design: PilotDesign,
 ) -> pd.DataFrame:
     """One row per pilot run and length of ``design`` (:data:`OUTCOME_COLUMNS`): its
     setting, whether it is ``in_design`` (a pilot seed of ``design``, its arm at one of its
@@ -657,11 +271,6 @@ def pilot_outcomes(
     return pd.DataFrame(rows, columns=OUTCOME_COLUMNS)
 
 
-#: The BF16 shadow's clip gap (fp8rl.tiny diagnostics, on shadow steps only): the share of
-#: negative-advantage tokens the run's own policy clips at the lower bound minus the share a
-#: BF16 recomputation of the same update would clip — the paper's first link.
-CLIP_GAP = "fp8rl/shadow/clipfrac_low_negadv_gap"
-
 #: The columns of :func:`loop_links`.
 LINK_COLUMNS = [
     "run_id", "arm", "seed", "lr", "temperature", "sft_steps", "length", "clip_gap_early",
@@ -674,7 +283,7 @@ def loop_links(
     metrics: pd.DataFrame,
     evals: pd.DataFrame,
     thresholds: Mapping[int, FailureThresholds],
-    design: PilotDesign = PILOT_DESIGN,
+    design: PilotDesign,
 ) -> pd.DataFrame:
     """The paper's loop, link by link, per pilot run read at the longest length
     (:data:`LINK_COLUMNS`): the shadow's clip gap (:data:`CLIP_GAP`, the mean over the
@@ -717,18 +326,6 @@ def _mean_or_nan(values: pd.Series) -> float:
     return float(values.mean()) if len(values) else math.nan
 
 
-def median_time_to_failure(steps: Sequence[int | None]) -> float:
-    """The median over runs of the step of failure, a run that did not fail (None) counted
-    as failing after every run that did (at infinity): with an even count the mean of the
-    middle two, so a median that a censored run enters is infinite ("not reached"); NaN
-    without runs."""
-    if not steps:
-        return math.nan
-    times = sorted(math.inf if s is None or pd.isna(s) else float(s) for s in steps)
-    mid = len(times) // 2
-    return times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
-
-
 @dataclass(frozen=True)
 class PointOutcome:
     """The regime rule's view of one :class:`Point`: BF16's and plain E4M3's runs read
@@ -765,9 +362,7 @@ def outcome_cell(
     ]
 
 
-def point_outcomes(
-    outcomes: pd.DataFrame, design: PilotDesign = PILOT_DESIGN
-) -> list[PointOutcome]:
+def point_outcomes(outcomes: pd.DataFrame, design: PilotDesign) -> list[PointOutcome]:
     """Rule 1 at every point of ``design`` (its settings x lengths, in that order), from
     :func:`pilot_outcomes`. Eligible: BF16 read in every pilot seed (``0 of 2`` needs both),
     failing in none, and its mean accuracy at the length not below its mean at step 0."""
@@ -863,7 +458,7 @@ def _dose_scaling(outcomes: pd.DataFrame, design: PilotDesign, length: int) -> t
     return "mx", f"MX 1 x 32 with power-of-two scales, the issue's default ({where})"
 
 
-def choose_regime(outcomes: pd.DataFrame, design: PilotDesign = PILOT_DESIGN) -> Regime:
+def choose_regime(outcomes: pd.DataFrame, design: PilotDesign) -> Regime:
     """The protocol's rule ("The rule that picks the study's regime") on
     :func:`pilot_outcomes`, step by step:
 
@@ -946,7 +541,7 @@ def threshold_sensitivity(
     metrics: pd.DataFrame,
     evals: pd.DataFrame,
     thresholds: Mapping[int, FailureThresholds],
-    design: PilotDesign = PILOT_DESIGN,
+    design: PilotDesign,
     factors: Sequence[float] = SENSITIVITY_FACTORS,
 ) -> pd.DataFrame:
     """The rule applied again with looser thresholds (:func:`loosened`: each endpoint's
@@ -1036,3 +631,324 @@ def rounding_moves(
                     "first_moves": moved,
                 })  # fmt: skip
     return pd.DataFrame(rows, columns=ROUNDING_COLUMNS)
+
+
+# --- The report sections that print the rule's reading ---------------------------------
+
+
+def _ttf(value: float) -> str:
+    if pd.isna(value):
+        return "–"
+    return "not reached" if math.isinf(value) else f"{value:g}"
+
+
+def _k_of_n(frame: pd.DataFrame) -> str:
+    read = frame[frame["read"].astype(bool)]
+    return f"{int(read['failed'].sum())}/{len(read)}" if len(read) else "not read"
+
+
+def _cell(frame: pd.DataFrame, arm: str, setting: Setting, length: int) -> pd.DataFrame:
+    return outcome_cell(frame, arm, setting, length, flag="in_design")
+
+
+def _unrounded_lines(
+    thresholds: Mapping[int, FailureThresholds], moves: pd.DataFrame | None
+) -> list[str]:
+    """Erratum of 2026-12-07: the thresholds as applied (unrounded), and what their printed
+    rounding would move (:func:`rounding_moves`)."""
+    if not thresholds:
+        return []
+    first = thresholds[min(thresholds)]
+    ds = " / ".join(f"{100 * t.drawdown:.4f}" for _, t in sorted(thresholds.items()))
+    text = (
+        "The thresholds are applied unrounded, here and by the live health monitor "
+        f"(`fp8rl.rl.health`): F = {first.surge_factor:.6g}, G = {100 * first.garbled:.4f}%, "
+        f"D = {ds} points (by length, as above); the table prints them rounded "
+        "(erratum of 2026-12-07: said here once)."
+    )
+    if moves is None or moves.empty:
+        return [text + " Applied at their printed rounding, no reading moves.", ""]
+    listed = "; ".join(
+        f"`{m.run_id}` ({m.arm}, seed {m.seed}) at {m.length} steps: {m.endpoint} at step "
+        f"{'none' if pd.isna(m.step) else int(m.step)} -> "
+        f"{'none' if pd.isna(m.step_as_printed) else int(m.step_as_printed)}"
+        for m in moves.itertuples()
+    )
+    first_moves = bool(moves["first_moves"].any())
+    return [
+        text
+        + " Applied at their printed rounding, these endpoint steps would move: "
+        + listed
+        + (
+            "; a run's first failure moves with them."
+            if first_moves
+            else "; no run's first failure, and so no verdict, moves."
+        ),
+        "",
+    ]
+
+
+def _points_markdown(points: Sequence[PointOutcome], design: PilotDesign) -> str:
+    rows = [
+        {
+            "point": p.point.setting.label,
+            "lever": design.lever_of(p.point.setting),
+            "length": p.point.length,
+            "BF16 failed": f"{p.bf16_failed}/{p.bf16_runs}",
+            "BF16 accuracy (base -> end)": f"{_pts(p.bf16_base)} -> {_pts(p.bf16_end)}",
+            "eligible (rule 1)": ("yes: " if p.eligible else "no: ") + p.why,
+            "E4M3 failed": f"{p.plain_failed}/{p.plain_runs}",
+            "E4M3 median time to failure": _ttf(p.plain_median_ttf),
+        }
+        for p in points
+    ]
+    return markdown_table(pd.DataFrame(rows))
+
+
+def _dose_markdown(outcomes: pd.DataFrame, design: PilotDesign) -> str:
+    rows = []
+    for arm in (design.plain, *design.dose):
+        for length in design.lengths:
+            mine = _cell(outcomes, arm, design.centre, length)
+            read = mine[mine["read"].astype(bool)]
+            ttf = median_time_to_failure(list(read["failure_step"])) if len(read) else math.nan
+            rows.append(
+                {
+                    "arm": arm,
+                    "length": length,
+                    "failed": _k_of_n(mine),
+                    "median time to failure": _ttf(ttf),
+                    "mean accuracy change": _pts(float((read["end_acc"] - read["base_acc"]).mean()))
+                    if len(read)
+                    else "–",
+                    "mean surge ratio": f"{read['surge_ratio'].mean():.2f}"
+                    if read["surge_ratio"].notna().any()
+                    else "–",
+                    "largest garbled": _pts(float(read["garbled_max"].max())),
+                    "largest drawdown": _pts(float(read["drawdown"].max())),
+                }
+            )
+    return markdown_table(pd.DataFrame(rows))
+
+
+def lever_effects(outcomes: pd.DataFrame, design: PilotDesign) -> pd.DataFrame:
+    """Per lever, level and arm (BF16 and plain E4M3), at each length: failures of the runs
+    read, the mean accuracy change from step 0 to the length (points), the mean surge ratio,
+    the largest garbled share (points) and the largest drawdown (points) — lever 2 is the
+    length columns, lever 4 the dose table."""
+
+    def level_of(lever: str) -> list[Setting]:
+        return [s for s in design.settings if design.lever_of(s) == lever]
+
+    levers = {
+        "1 learning rate": sorted([design.centre, *level_of("1 learning rate")]),
+        "3a sampling temperature": [design.centre, *level_of("3a sampling temperature")],
+        "3b SFT base": [design.centre, *level_of("3b SFT base")],
+    }
+    rows = []
+    for lever, settings in levers.items():
+        for setting in settings:
+            level = {
+                "1 learning rate": f"lr {setting.lr:.1e}",
+                "3a sampling temperature": f"T {setting.temperature:.1f}",
+                "3b SFT base": f"{setting.sft_steps} SFT steps",
+            }[lever]
+            for arm in (design.baseline, design.plain):
+                row: dict[str, object] = {"lever": lever, "level": level, "arm": arm}
+                for length in design.lengths:
+                    mine = _cell(outcomes, arm, setting, length)
+                    read = mine[mine["read"].astype(bool)]
+                    row[f"failed @{length}"] = _k_of_n(mine)
+                    change = float((read["end_acc"] - read["base_acc"]).mean())
+                    row[f"accuracy change @{length}"] = _pts(change) if len(read) else "–"
+                last = _cell(outcomes, arm, setting, max(design.lengths))
+                last = last[last["judged"].astype(bool)]
+                row["surge ratio"] = (
+                    f"{last['surge_ratio'].mean():.2f}"
+                    if last["surge_ratio"].notna().any()
+                    else "–"
+                )
+                row["largest garbled"] = _pts(float(last["garbled_max"].max()))
+                row["largest drawdown"] = _pts(float(last["drawdown"].max()))
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _gap(value: float) -> str:
+    return "–" if pd.isna(value) else f"{100 * value:.2f}"
+
+
+def _fired(steps: pd.Series) -> str:
+    fired = sorted(int(s) for s in steps if not pd.isna(s))
+    text = f"{len(fired)}/{len(steps)}"
+    return f"{text} ({', '.join(map(str, fired))})" if fired else text
+
+
+def links_markdown(links: pd.DataFrame, design: PilotDesign) -> str:
+    """The loop's links per setting and arm (:func:`loop_links`):
+    the runs read, the mean clip gap (points) up to the first evaluation and up to the
+    length, each endpoint's count of runs where it fired with their steps, and which fired
+    first."""
+    rows = []
+    for setting, arm in [(s, arm) for s, arms in design.panels() for arm in arms]:
+        mine = links[
+            (links["arm"] == arm)
+            & (links["lr"] == setting.lr)
+            & (links["temperature"] == setting.temperature)
+            & (links["sft_steps"] == setting.sft_steps)
+        ]
+        if mine.empty:
+            continue
+        first = mine["first_endpoint"].dropna().value_counts()
+        rows.append(
+            {
+                "setting": setting.label,
+                "arm": arm,
+                "runs": len(mine),
+                f"clip gap, steps <= {design.eval_every}": _gap(mine["clip_gap_early"].mean()),
+                f"clip gap, steps <= {max(design.lengths)}": _gap(mine["clip_gap"].mean()),
+                **{e: _fired(mine[f"first_{e}"]) for e in ENDPOINTS},
+                "fired first": ", ".join(f"{e} {first[e]}" for e in ENDPOINTS if e in first)
+                or "none",
+            }
+        )
+    return markdown_table(pd.DataFrame(rows)) if rows else "no pilot run read yet"
+
+
+def links_reading(links: pd.DataFrame, design: PilotDesign) -> str:
+    """What the link table says, counted over every run read (descriptive, no test: two
+    seeds per cell): which endpoint fired first, how often a surge and a garbled share fired
+    at all and in which order to the drawdown, and the clip gap of BF16 against the
+    low-precision arms."""
+    if links.empty:
+        return "No pilot run is read at the longest length yet."
+    n = len(links)
+    bf16 = links["arm"] == design.baseline
+
+    def share(flag: pd.Series) -> str:
+        return (
+            f"{int(flag.sum())} of {n} (BF16 {int(flag[bf16].sum())} of {int(bf16.sum())}, "
+            f"the low-precision arms {int(flag[~bf16].sum())} of {int((~bf16).sum())})"
+        )
+
+    first = links["first_endpoint"].value_counts()
+    failed = int(links["first_endpoint"].notna().sum())
+    surged = links["first_surge"].notna()
+    garbled = links["first_garbled"].notna()
+    dd = links["first_drawdown"]
+    surge_before = surged & (dd.isna() | (links["first_surge"] < dd))
+    garbled_after = garbled & dd.notna() & (links["first_garbled"] >= dd)
+    low = links.loc[~bf16, "clip_gap_early"].dropna()
+    parts = [
+        f"Read at {max(design.lengths)} steps: {n} runs, {failed} failed; the endpoint that "
+        "fired first: " + ", ".join(f"{e} in {int(first.get(e, 0))}" for e in ENDPOINTS) + ".",
+        f"An entropy surge fired in {share(surged)}; in {int(surge_before.sum())} of them "
+        "before the run's drawdown (or without one).",
+        f"A garbled share above G fired in {share(garbled)}; in {int(garbled_after.sum())} of "
+        "them at or after the run's drawdown.",
+    ]
+    if len(low):
+        gap_bf16 = links.loc[bf16, "clip_gap_early"].dropna()
+        parts.append(
+            f"The clip gap up to step {design.eval_every} (`{CLIP_GAP}`, points): "
+            + (f"BF16 {_gap(gap_bf16.abs().max())} at most; " if len(gap_bf16) else "")
+            + f"the low-precision arms {_gap(low.mean())} on average, "
+            f"{_gap(low.min())} to {_gap(low.max())} over their runs."
+        )
+    return " ".join(parts)
+
+
+def sensitivity_markdown(sensitivity: pd.DataFrame) -> str:
+    """:func:`threshold_sensitivity` as a table: the thresholds of
+    each row (D at both lengths), how many points each exclusion takes, the eligible points
+    and the rule's reading."""
+    rows = []
+    for r in sensitivity.itertuples():
+        rows.append(
+            {
+                "thresholds": "as pre-registered (the verdict)"
+                if r.thresholds == "protocol"
+                else f"{'all three' if r.thresholds == 'all' else r.thresholds} x{r.factor:g}",
+                "F": f"{r.surge_factor:.3f}",
+                "G": f"{100 * r.garbled:.2f}%",
+                "D @100 / @200": f"{100 * r.drawdown_100:.2f} / {100 * r.drawdown_200:.2f}",
+                "points: BF16 fails": r.bf16_fails,
+                "BF16 loses accuracy": r.bf16_loses,
+                "not read": r.not_read,
+                "eligible points": r.eligible or "none",
+                "the rule's reading": r.regime
+                if r.regime == "no regime"
+                else f"{r.regime} (rule {r.rule})",
+            }
+        )
+    return markdown_table(pd.DataFrame(rows))
+
+
+def _verdict_lines(
+    regime: Regime | None, progress: PilotProgress, root: str, experiment: str
+) -> list[str]:
+    if regime is None:
+        return [
+            f"**No pilot run yet.** The store `{root}` holds no run of `{experiment}`: the "
+            "rule has nothing to read, so there is no verdict. This is not the protocol's "
+            '"no regime" (part 5), which is a result of the pilot once it has run.',
+        ]
+    if not progress.complete:
+        return [
+            f"**No verdict yet: the pilot is in progress.** {progress.text}. The protocol "
+            "applies its rule once every run has finished or the cap is reached; until then "
+            "nothing below is a result of the pilot.",
+            "",
+            f"Provisional, not a verdict: the rule applied to the finished runs alone reads "
+            f"{regime.text}",
+        ]
+    lines = [regime.text, "", f"{progress.text}."]
+    if not regime.found:
+        lines += [
+            "",
+            "Part 5 of the issue: the search is the result. The tables below give every "
+            "lever at its floor and what each did to BF16 and to plain E4M3.",
+        ]
+    return lines
+
+
+def read_pilot(
+    runs: pd.DataFrame,
+    metrics: pd.DataFrame,
+    evals: pd.DataFrame,
+    thresholds: Mapping[int, FailureThresholds],
+    design: PilotDesign,
+    root: str,
+    experiment: str,
+) -> Reading:
+    """The rule's reading of the pilot's frames (``root``, ``experiment``: where they come
+    from) with the text of each section of ``report.md``."""
+    has_runs = bool(len(runs))
+    outcomes = pilot_outcomes(runs, metrics, evals, thresholds, design)
+    found = point_outcomes(outcomes, design)
+    links = loop_links(outcomes, metrics, evals, thresholds, design)
+    sensitivity = threshold_sensitivity(runs, metrics, evals, thresholds, design)
+    moves = rounding_moves(outcomes, metrics, evals, thresholds)
+    regime = choose_regime(outcomes, design) if has_runs else None
+    progress = pilot_progress(runs, outcomes, design)
+    t = thresholds[max(design.lengths)]
+    complete = regime is not None and progress.complete
+    sections = {
+        "verdict": "\n".join(_verdict_lines(regime, progress, root, experiment)),
+        "unrounded": "".join(f"{line}\n" for line in _unrounded_lines(thresholds, moves)),
+        "plain": design.plain,
+        "seeds": ", ".join(map(str, design.seeds)),
+        "points": _points_markdown(found, design),
+        "centre": design.centre.label,
+        "dose_series": f" Dose series: {regime.scaling_reason}." if complete else "",
+        "dose": _dose_markdown(outcomes, design),
+        "length": str(max(design.lengths)),
+        "levers": markdown_table(lever_effects(outcomes, design)) if has_runs else "no pilot runs",
+        "F": f"{t.surge_factor:.3f}",
+        "G": f"{100 * t.garbled:.2f}",
+        "D": f"{100 * t.drawdown:.2f}",
+        "links": links_markdown(links, design),
+        "links_reading": links_reading(links, design),
+        "sensitivity": sensitivity_markdown(sensitivity) if has_runs else "no pilot runs",
+    }
+    return Reading(outcomes, links, found, regime, progress, sections)
