@@ -52,3 +52,14 @@ def test_a_claim_on_an_endpoint_the_study_does_not_read_is_refused() -> None:
 def test_a_missing_prose_file_is_named() -> None:
     with pytest.raises(StudyError, match=r"missing prose file .*nothing\.md"):
         load_study("table2_world").prose("nothing.md")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", known_studies())
+def test_each_study_plans_from_its_presets(name: str, tmp_path) -> None:
+    from fp8rl.study.plan import plan_study
+
+    plan = plan_study(load_study(name), tmp_path / "runs")
+    frame = plan.frame()
+    assert len(frame) >= 1 and (frame["action"] == "start").all()
+    assert plan.summary().startswith(f"study {name}: {len(frame)} runs")
