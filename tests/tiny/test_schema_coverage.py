@@ -31,6 +31,7 @@ TINY = str(Path(run_module.__file__).parents[1] / "tiny")
 WORLD = str(Path(run_module.__file__).parents[1] / "world")
 #: The run config's derived settings: a read inside them is a read by their caller.
 DERIVED = {
+    "calibrates",
     "calibrator_config",
     "rollout_quant",
     "correction",

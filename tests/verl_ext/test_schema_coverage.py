@@ -32,8 +32,8 @@ from config_reads import (
 
 VERL_EXT = str(Path(run_module.__file__).parents[1] / "verl_ext")
 SETTINGS = str(Path(VERL_EXT) / "settings.py")
-DERIVED = {"calibrator_config", "correction", "uses_tis", "overlong_buffer", "nominal_bounds",
-           "uses_blocks", "uses_fp8", "kl_reference_recipe"}  # fmt: skip
+DERIVED = {"calibrates", "calibrator_config", "correction", "uses_tis", "overlong_buffer",
+           "nominal_bounds", "uses_blocks", "uses_fp8", "kl_reference_recipe"}  # fmt: skip
 #: Two configs between them take every branch of the translation.
 EVERYTHING = [
     [  # DAPO, a KL term with an FP8 reference, a rollout scaling vLLM lacks, CC with every knob
