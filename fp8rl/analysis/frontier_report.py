@@ -127,19 +127,6 @@ def _thresholds_markdown(thresholds: Mapping[int, FailureThresholds]) -> str:
     return markdown_table(pd.DataFrame(rows))
 
 
-def _cell(outcomes: pd.DataFrame, arm: str, setting: Any, length: int) -> pd.DataFrame:
-    """The rows of ``outcomes`` in the design for ``arm`` at ``setting`` and ``length``."""
-    o = outcomes
-    return o[
-        (o["arm"] == arm)
-        & (o["lr"] == setting.lr)
-        & (o["temperature"] == setting.temperature)
-        & (o["sft_steps"] == setting.sft_steps)
-        & (o["length"] == length)
-        & o["in_design"].astype(bool)
-    ]
-
-
 def _runs_markdown(outcomes: pd.DataFrame, design: Any, cpus: Mapping[str, str]) -> str:
     arms = [design.baseline, design.plain, *design.dose]
     order = outcomes.assign(
@@ -186,7 +173,7 @@ def time_to_failure_figure(
     rows = []
     for setting, drawn in design.panels():
         for arm in drawn:
-            for r in _cell(outcomes, arm, setting, length).itertuples():
+            for r in design.cell(outcomes, arm, setting, length, flag="in_design").itertuples():
                 if r.read:
                     step = r.failure_step if r.failed else length
                     rows.append({"row": f"{setting.label} · {arm}", "arm": arm, "seed": r.seed,

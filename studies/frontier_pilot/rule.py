@@ -118,6 +118,13 @@ class PilotDesign:
     def setting(self, lr: float, temperature: float, sft_steps: int) -> Setting:
         return Setting(lr, temperature, sft_steps)
 
+    def cell(
+        self, outcomes: pd.DataFrame, arm: str, setting: Setting, length: int, *, flag: str
+    ) -> pd.DataFrame:
+        """:func:`outcome_cell`: how the report (``fp8rl.analysis.frontier_report``) selects
+        a cell of the design."""
+        return outcome_cell(outcomes, arm, setting, length, flag=flag)
+
     def panels(self) -> list[tuple[Setting, tuple[str, ...]]]:
         """Each setting with its arms, in the report's order (the dose arms at the centre)."""
         return [
