@@ -112,7 +112,9 @@ def test_its_report_and_verdict(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_real_study_runs_and_reports(tmp_path: Path, cache: Path) -> None:
-    studies = declare(tmp_path, seeds="0,1", extra=f', "cache_dir={cache}", "threads=1"')
+    # the test preset evaluates nothing by default: step 0 and its last step (2) here
+    extra = f', "cache_dir={cache}", "threads=1", "eval.every=2"'
+    studies = declare(tmp_path, seeds="0,1", extra=extra)
     runs = tmp_path / "runs"
     base = [sys.executable, "-m", "fp8rl.study", "--studies-dir", str(studies)]
     done = subprocess.run([*base, "run", "throwaway", "--runs-dir", str(runs)], cwd=REPO,
