@@ -150,7 +150,7 @@ def write_generic(study: Study, source: Path, out: Path, protocol: Protocol) -> 
                 "estimate (95%)": _interval_of(v, scales),
                 "p": "" if math.isnan(v.p) else f"{v.p:.3f}",
                 "p (Holm)": "" if math.isnan(v.p_holm) else f"{v.p_holm:.3f}",
-                "verdict": v.verdict,
+                "verdict": v.verdict + _why_undecided(v, values),
                 "rule": v.rule,
             }
             for v in verdicts
@@ -194,6 +194,21 @@ def write_generic(study: Study, source: Path, out: Path, protocol: Protocol) -> 
     counts = pd.Series([v.verdict.split(":")[0] for v in verdicts]).value_counts()
     summary = ", ".join(f"{n} {k}" for k, n in counts.items()) or "no claims"
     return Written(out, text, runs, verdicts, f"{study.name}: {summary}")
+
+
+def _why_undecided(v: ClaimVerdict, values: dict[tuple[str, str], dict[int, float]]) -> str:
+    """Why an undecided claim is: an arm whose runs give the endpoint no value, or too few
+    seeds of both arms ("" for a decided claim)."""
+    if v.verdict != "undecided":
+        return ""
+    c = v.claim
+    empty = [
+        a for a in (c.arm, c.versus)
+        if all(math.isnan(x) for x in values.get((c.endpoint, a), {}).values())
+    ]  # fmt: skip
+    if empty:
+        return f" (no {c.endpoint} value in the runs of {', '.join(empty)})"
+    return " (fewer than two seeds both arms ran)"
 
 
 def _interval_of(v: ClaimVerdict, scales: dict[str, tuple[float, str]]) -> str:

@@ -110,6 +110,20 @@ def test_its_report_and_verdict(tmp_path: Path) -> None:
     assert f"throwaway: 1 {verdict}" in out
 
 
+def test_a_claim_without_values_says_why_it_is_undecided(tmp_path: Path) -> None:
+    studies = declare(tmp_path)
+    store = RunStore(tmp_path / "results")
+    for seed in range(2):
+        add_run(store, "throwaway", "BF16", seed, scores={"add_sub": 0.5})
+        add_run(store, "throwaway", "Tensorwise FP8", seed)  # never evaluated
+    out_dir = tmp_path / "report"
+    code, _, err = cli("--studies-dir", str(studies), "report", "throwaway",
+                       "--source", str(tmp_path / "results"), "--out", str(out_dir))  # fmt: skip
+    assert code == 0, err
+    verdict = pd.read_csv(out_dir / "claims.csv")["verdict"].iloc[0]
+    assert verdict == "undecided (no final value in the runs of Tensorwise FP8)"
+
+
 @pytest.mark.slow
 def test_the_real_study_runs_and_reports(tmp_path: Path, cache: Path) -> None:
     # the test preset evaluates nothing by default: step 0 and its last step (2) here
