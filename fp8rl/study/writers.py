@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import matplotlib
@@ -40,20 +40,22 @@ from fp8rl.analysis.claims import ClaimVerdict, decide
 from fp8rl.analysis.endpoints import ENDPOINTS, METRICS, run_curves
 from fp8rl.analysis.figures import RC, Figure, save_figure
 from fp8rl.analysis.load import eval_frame, metrics_frame, runs_frame
-from fp8rl.analysis.stats import mean_ci
+from fp8rl.analysis.stats import Estimate, mean_ci
 from fp8rl.analysis.study_report import (
     code_and_hardware,
     protocol_check,
     run_starts,
 )
 from fp8rl.analysis.tables import markdown_table
-from fp8rl.rl.health import FailureThresholds, default_thresholds
+from fp8rl.rl.health import FailureThresholds, default_thresholds, eval_count
 from fp8rl.runs import RESULTS_VERSION, RunStore, atomic_write_text
 from fp8rl.study.declaration import Study, StudyError
 
 __all__ = ["WRITERS", "Written", "frontier_thresholds", "write_generic"]
 
 Protocol = tuple[str, str] | None
+#: An endpoint's values per arm: ``(endpoint, arm) -> {seed: value}``.
+Values = dict[tuple[str, str], dict[int, float]]
 
 
 @dataclass
@@ -73,17 +75,15 @@ def _store(study: Study, source: Path) -> RunStore:
     return RunStore(source, results_version=study.results_version or RESULTS_VERSION)
 
 
-def _fmt(value: float, scale: float) -> str:
-    return "" if math.isnan(value) else f"{scale * value:.2f}"
-
-
-def _interval(values: list[float], scale: float) -> str:
-    est = mean_ci(values)
+def _estimate_text(est: Estimate, scale: float, sign: str = "") -> str:
+    """``mean [low, high]`` x ``scale`` to 2 decimals (``sign`` "+": signed), the mean
+    alone with one value, "" with none."""
     if est.n == 0:
         return ""
+    mean = f"{scale * est.mean:{sign}.2f}"
     if est.n < 2:
-        return f"{scale * est.mean:.2f}"
-    return f"{scale * est.mean:.2f} [{scale * est.low:.2f}, {scale * est.high:.2f}]"
+        return mean
+    return f"{mean} [{scale * est.low:{sign}.2f}, {scale * est.high:{sign}.2f}]"
 
 
 def _curves_figure(curves: pd.DataFrame) -> Figure:
@@ -101,6 +101,71 @@ def _curves_figure(curves: pd.DataFrame) -> Figure:
     return Figure("accuracy", fig, curves, caption)
 
 
+def _thresholds(run: pd.Series) -> FailureThresholds:
+    """The run's failure thresholds as its live monitor took them
+    (:func:`fp8rl.config.run.evaluation_size`'s rule: evaluations by the planned steps and
+    ``eval.every``, responses = items x ``eval.k``)."""
+
+    def number(key: str) -> int:
+        value = run.get(key)
+        return 0 if value is None or pd.isna(value) else int(value)
+
+    n_evals = max(eval_count(number("planned_steps"), number("config.eval.every")), 1)
+    items, k = number("n_items"), number("config.eval.k") or 1
+    return default_thresholds(n_evals=n_evals, responses=items * k if items else None)
+
+
+def _endpoints_per_run(study: Study, usable: pd.DataFrame, curves: dict) -> pd.DataFrame:
+    """One row per usable run: arm, seed, run id and each of the study's endpoints."""
+    rows = []
+    for _, run in usable.iterrows():
+        c = curves[run["run_id"]]
+        if "time_to_failure" in study.endpoints:
+            c = replace(c, thresholds=_thresholds(run))
+        row = {"arm": run["arm"], "seed": int(run["seed"]), "run_id": run["run_id"]}
+        row.update({e: ENDPOINTS[e](c) for e in study.endpoints})
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["arm", "seed", "run_id", *study.endpoints])
+
+
+def _arms_table(study: Study, per_run: pd.DataFrame) -> pd.DataFrame:
+    """Per arm: its seeds and each endpoint's mean over them [95% t-interval]."""
+    return pd.DataFrame(
+        [
+            {
+                "arm": arm,
+                "seeds": len(d),
+                **{
+                    e: _estimate_text(mean_ci(list(d[e])), ENDPOINTS[e].scale)
+                    for e in study.endpoints
+                },
+            }
+            for arm, d in per_run.groupby("arm", sort=False)
+        ]
+    )
+
+
+def _claims_table(verdicts: list[ClaimVerdict], values: Values) -> pd.DataFrame:
+    """Per claim: its statement, paired estimate, p-values, verdict (and why undecided)."""
+    return pd.DataFrame(
+        [
+            {
+                "claim": v.claim.name,
+                "statement": v.claim.statement,
+                "estimate (95%)": _estimate_text(
+                    v.estimate, ENDPOINTS[v.claim.endpoint].scale, "+"
+                ),
+                "p": "" if math.isnan(v.p) else f"{v.p:.3f}",
+                "p (Holm)": "" if math.isnan(v.p_holm) else f"{v.p_holm:.3f}",
+                "verdict": v.verdict + _why_undecided(v, values),
+                "rule": v.rule,
+            }
+            for v in verdicts
+        ],
+        columns=["claim", "statement", "estimate (95%)", "p", "p (Holm)", "verdict", "rule"],
+    )
+
+
 def write_generic(study: Study, source: Path, out: Path, protocol: Protocol) -> Written:
     """The generic report (module docstring): ``README.md``, ``endpoints.csv`` (per run),
     ``arms.csv`` (per arm), ``claims.csv`` and the accuracy figure."""
@@ -113,56 +178,41 @@ def write_generic(study: Study, source: Path, out: Path, protocol: Protocol) -> 
     usable = runs[runs["usable"]] if "usable" in runs else runs
     metrics = metrics_frame(store, study.experiment, usable, prefixes=METRICS)
     evals = eval_frame(store, study.experiment, usable)
-    curves = run_curves(usable, metrics, evals)
-    rows = []
-    for _, run in usable.iterrows():
-        c = curves[run["run_id"]]
-        if "time_to_failure" in study.endpoints:
-            responses = int(run["n_items"]) * int(run.get("config.eval.n_samples") or 1)
-            th = default_thresholds(n_evals=max(len(c.accuracy), 1), responses=responses)
-            c = type(c)(c.run_id, c.steps, c.accuracy, c.garbled, c.metrics, th)
-        row = {"arm": run["arm"], "seed": int(run["seed"]), "run_id": run["run_id"]}
-        row.update({e: ENDPOINTS[e](c) for e in study.endpoints})
-        rows.append(row)
-    per_run = pd.DataFrame(rows, columns=["arm", "seed", "run_id", *study.endpoints])
-    values = {
+    per_run = _endpoints_per_run(study, usable, run_curves(usable, metrics, evals))
+    values: Values = {
         (e, arm): dict(zip(d["seed"], d[e], strict=True))
         for arm, d in per_run.groupby("arm", sort=False)
         for e in study.endpoints
     }
     scales = {e: (ENDPOINTS[e].scale, ENDPOINTS[e].unit) for e in study.endpoints}
     verdicts = decide(study.claims, values, alpha=study.alpha, scales=scales)
-    arms = pd.DataFrame(
-        [
-            {
-                "arm": arm,
-                "seeds": len(d),
-                **{e: _interval(list(d[e]), ENDPOINTS[e].scale) for e in study.endpoints},
-            }
-            for arm, d in per_run.groupby("arm", sort=False)
-        ]
-    )
-    claims = pd.DataFrame(
-        [
-            {
-                "claim": v.claim.name,
-                "statement": v.claim.statement,
-                "estimate (95%)": _interval_of(v, scales),
-                "p": "" if math.isnan(v.p) else f"{v.p:.3f}",
-                "p (Holm)": "" if math.isnan(v.p_holm) else f"{v.p_holm:.3f}",
-                "verdict": v.verdict + _why_undecided(v, values),
-                "rule": v.rule,
-            }
-            for v in verdicts
-        ],
-        columns=["claim", "statement", "estimate (95%)", "p", "p (Holm)", "verdict", "rule"],
-    )
+    arms, claims = _arms_table(study, per_run), _claims_table(verdicts, values)
     out.mkdir(parents=True, exist_ok=True)
     per_run.to_csv(out / "endpoints.csv", index=False, float_format="%.6f")
     arms.to_csv(out / "arms.csv", index=False)
     claims.to_csv(out / "claims.csv", index=False)
-    acc = evals[(evals["family"] == "all") & (evals["stat"] == "acc/mean")] if len(evals) else evals
-    data = acc.merge(usable[["run_id", "arm", "seed"]], on="run_id") if len(acc) else None
+    text = "\n".join(_readme_lines(study, source, store, protocol, runs, usable, evals,
+                                    arms, claims, out))  # fmt: skip
+    atomic_write_text(out / "README.md", text)
+    counts = pd.Series([v.verdict.split(":")[0] for v in verdicts]).value_counts()
+    summary = ", ".join(f"{n} {k}" for k, n in counts.items()) or "no claims"
+    return Written(out, text, runs, verdicts, f"{study.name}: {summary}")
+
+
+def _readme_lines(
+    study: Study,
+    source: Path,
+    store: RunStore,
+    protocol: Protocol,
+    runs: pd.DataFrame,
+    usable: pd.DataFrame,
+    evals: pd.DataFrame,
+    arms: pd.DataFrame,
+    claims: pd.DataFrame,
+    out: Path,
+) -> list[str]:
+    """The generic README: title, origin, protocol check, prose, the endpoint and claim
+    tables, the accuracy figure (drawn into ``out/figures``), the runs, code and hardware."""
     lines = [f"# {study.title}", ""]
     lines += [
         f"Generated by `python -m fp8rl.study report {study.name}` from `{source}` "
@@ -181,22 +231,20 @@ def write_generic(study: Study, source: Path, out: Path, protocol: Protocol) -> 
     lines += ["", markdown_table(arms), ""]
     if study.claims:
         lines += ["## Claims", "", markdown_table(claims), ""]
-    if data is not None and not data.empty:
+    acc = evals[(evals["family"] == "all") & (evals["stat"] == "acc/mean")] if len(evals) else evals
+    if len(acc):
+        data = acc.merge(usable[["run_id", "arm", "seed"]], on="run_id")
         figure = _curves_figure(data.assign(value=100 * data["value"]))
         save_figure(figure, out / "figures")
         lines += [f"![{figure.name}](figures/{figure.name}.png)", "", figure.caption, ""]
-    hardware = code_and_hardware(store, study.experiment)
     lines += ["## Runs", "", markdown_table(runs[["arm", "seed", "run_id", "state"]]), ""]
+    hardware = code_and_hardware(store, study.experiment)
     if not hardware.empty:
         lines += ["## Code and hardware", "", markdown_table(hardware), ""]
-    text = "\n".join(lines)
-    atomic_write_text(out / "README.md", text)
-    counts = pd.Series([v.verdict.split(":")[0] for v in verdicts]).value_counts()
-    summary = ", ".join(f"{n} {k}" for k, n in counts.items()) or "no claims"
-    return Written(out, text, runs, verdicts, f"{study.name}: {summary}")
+    return lines
 
 
-def _why_undecided(v: ClaimVerdict, values: dict[tuple[str, str], dict[int, float]]) -> str:
+def _why_undecided(v: ClaimVerdict, values: Values) -> str:
     """Why an undecided claim is: an arm whose runs give the endpoint no value, or too few
     seeds of both arms ("" for a decided claim)."""
     if v.verdict != "undecided":
@@ -209,14 +257,6 @@ def _why_undecided(v: ClaimVerdict, values: dict[tuple[str, str], dict[int, floa
     if empty:
         return f" (no {c.endpoint} value in the runs of {', '.join(empty)})"
     return " (fewer than two seeds both arms ran)"
-
-
-def _interval_of(v: ClaimVerdict, scales: dict[str, tuple[float, str]]) -> str:
-    scale = scales.get(v.claim.endpoint, (100.0, "points"))[0]
-    e = v.estimate
-    if e.n < 2:
-        return "" if e.n == 0 else f"{scale * e.mean:+.2f}"
-    return f"{scale * e.mean:+.2f} [{scale * e.low:+.2f}, {scale * e.high:+.2f}]"
 
 
 def write_table2(study: Study, source: Path, out: Path, protocol: Protocol) -> Written:
@@ -310,9 +350,9 @@ def write_frontier_pilot(
     :func:`frontier_thresholds`."""
     from fp8rl.analysis.frontier_report import write_pilot_report
 
-    if thresholds is None:
-        thresholds = frontier_thresholds(study, source)
     store = _store(study, source)
+    if thresholds is None:
+        thresholds = frontier_thresholds(study, store)
     report = write_pilot_report(
         store,
         out,

@@ -142,3 +142,21 @@ def test_the_real_study_runs_and_reports(tmp_path: Path, cache: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     claims = pd.read_csv(tmp_path / "report" / "claims.csv")
     assert claims["verdict"].iloc[0].split(":")[0] in ("shown", "opposite shown", "not shown")
+
+
+def test_the_generic_writer_takes_the_thresholds_a_live_run_took() -> None:
+    """time_to_failure reads a run with the thresholds its live monitor had
+    (fp8rl.config.run.evaluation_size: planned evaluations, items x eval.k)."""
+    import yaml
+
+    from fp8rl.analysis.load import runs_frame
+    from fp8rl.config import RunConfig
+    from fp8rl.config.run import evaluation_size
+    from fp8rl.rl.health import default_thresholds
+    from fp8rl.study.writers import _thresholds
+
+    runs = runs_frame(RunStore(REPO / "results"), "table2_world")
+    for _, run in runs.iterrows():
+        path = REPO / "results" / "table2_world" / run["run_id"] / "config.yaml"
+        cfg = RunConfig.from_dict(yaml.safe_load(path.read_text()))
+        assert _thresholds(run) == default_thresholds(**evaluation_size(cfg))
