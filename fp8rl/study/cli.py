@@ -25,13 +25,17 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import pandas as pd
 
 from fp8rl.analysis.tables import markdown_table
-from fp8rl.study.declaration import STUDIES_DIR, StudyError, known_studies, load_study
+from fp8rl.runs import RunStatus
+from fp8rl.study.declaration import STUDIES_DIR, Study, StudyError, known_studies, load_study
 from fp8rl.study.protocol import REPO, protocol_commit
+
+if TYPE_CHECKING:  # the plan composes through the experiments room: loaded only to plan
+    from fp8rl.study.plan import StudyPlan
 
 __all__ = ["main", "run_grids"]
 
@@ -61,9 +65,8 @@ def _plan_text(frame: pd.DataFrame) -> str:
     return markdown_table(shown)
 
 
-def _status_text(frame: pd.DataFrame) -> str:
-    state = frame["action"].where(frame["action"] != "skip", "done")
-    table = pd.crosstab(frame["arm"], state).reset_index()
+def _status_text(plan: StudyPlan) -> str:
+    table = pd.crosstab(plan.frame()["arm"], plan.states()).reset_index()
     table.columns.name = None
     return markdown_table(table)
 
@@ -116,23 +119,20 @@ def main(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     except StudyError as exc:
         err.write(f"study: {exc}\n")
         return 2
-    frame = plan.frame()
     if args.command == "plan":
-        out.write(_plan_text(frame) + "\n\n" + plan.summary(args.workers) + "\n")
+        out.write(_plan_text(plan.frame()) + "\n\n" + plan.summary(args.workers) + "\n")
         return 0
     if args.command == "status":
-        out.write(_status_text(frame) + "\n\n" + plan.summary(args.workers) + "\n")
+        out.write(_status_text(plan) + "\n\n" + plan.summary(args.workers) + "\n")
         return 0
     grids = [["-m", *grid, f"runs_dir={args.runs_dir}"] for grid in study.grids]
     failed = run_grids(grids, args.jobs, out)
-    from fp8rl.study.plan import plan_study
-
     after = plan_study(study, args.runs_dir)
-    out.write("\n" + _status_text(after.frame()) + "\n\n" + after.summary(args.workers) + "\n")
+    out.write("\n" + _status_text(after) + "\n\n" + after.summary(args.workers) + "\n")
     return 1 if failed else 0
 
 
-def _report(study, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _report(study: Study, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from fp8rl.analysis.export import export_experiment
     from fp8rl.study.writers import writer_of
 
@@ -155,7 +155,7 @@ def _report(study, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return 1
     out.write(f"{written.summary}\nreport: {target}\n")
     runs = written.runs
-    damaged = runs[runs["status"] == "damaged"] if "status" in runs else runs[:0]
+    damaged = runs[runs["status"] == RunStatus.DAMAGED.value] if "status" in runs else runs[:0]
     if not damaged.empty:
         err.write(f"study: the report shows {len(damaged)} damaged run(s)\n")
         return 1

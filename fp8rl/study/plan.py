@@ -10,6 +10,7 @@ names an arm no grid runs is refused here, before anything runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
@@ -34,7 +35,11 @@ class StudyPlan:
 
     def frame(self) -> pd.DataFrame:
         """One row per run: grid number, arm, seed, run id, action, status, steps done of
-        planned, estimated seconds left."""
+        planned, estimated seconds left (built once per plan; a copy)."""
+        return self._frame.copy()
+
+    @cached_property
+    def _frame(self) -> pd.DataFrame:
         rows = []
         for i, (_, plan) in enumerate(self.grids, 1):
             for p in plan.points:
@@ -58,22 +63,24 @@ class StudyPlan:
 
     @property
     def arms(self) -> list[str]:
-        frame = self.frame()
-        return list(dict.fromkeys(frame["arm"])) if not frame.empty else []
+        return list(dict.fromkeys(self._frame["arm"]))
+
+    def states(self) -> pd.Series:
+        """Each run's state: ``done`` (the store's done runs), else the planned action."""
+        return self._frame["action"].where(self._frame["action"] != "skip", "done")
 
     def counts(self) -> dict[str, int]:
-        """Runs per state: ``done`` (the store's done runs), else the planned action."""
-        frame = self.frame()
-        state = frame["action"].where(frame["action"] != "skip", "done")
-        return {str(k): int(v) for k, v in state.value_counts().sort_index().items()}
+        """Runs per state (:meth:`states`)."""
+        return {str(k): int(v) for k, v in self.states().value_counts().sort_index().items()}
 
     def eta_s(self, workers: int = 1) -> float:
         return sum(plan.eta_s(workers) for _, plan in self.grids)
 
     def summary(self, workers: int = 1) -> str:
         """One line: runs per state and the estimated wall time left."""
-        counts = ", ".join(f"{n} {state}" for state, n in self.counts().items())
-        total = sum(self.counts().values())
+        per_state = self.counts()
+        counts = ", ".join(f"{n} {state}" for state, n in per_state.items())
+        total = sum(per_state.values())
         left = self.eta_s(workers)
         rest = f"{about(left)} left with {workers} worker(s)" if left else "nothing left"
         line = f"study {self.study.name}: {total} runs ({counts}); {rest}"
