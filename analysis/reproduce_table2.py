@@ -32,21 +32,17 @@ from fp8rl.study import load_study  # noqa: E402
 from fp8rl.study.cli import run_grids as study_run_grids  # noqa: E402
 
 
-def scale_note(size: str) -> str:
-    """The size's scale note: the prose of its study folder (studies/<experiment>/scale_note.md,
-    the one copy: the study room's report reads the same file)."""
-    return load_study(SIZES[size]).prose("scale_note.md")
-
-
 def report_texts(size: str, commands: list[str]) -> dict[str, object]:
-    """The report's title, commands and scale note for a size (also `make report`'s, so both
+    """The report's title, commands, scale note and options for a size, from its study
+    folder (studies/<experiment>/: the one copy the study room's report reads too, so both
     write the same README for the same results)."""
+    study = load_study(SIZES[size])
     return {
-        "title": load_study(SIZES[size]).title,
+        "title": study.title,
         "commands": commands,
-        "scale_note": scale_note(size),
+        "scale_note": study.prose("scale_note.md"),
         # one seed on the learning world: the BF16 gain's interval over the held-out items
-        "item_intervals": size == "default",
+        "item_intervals": bool(study.options.get("item_intervals", False)),
     }
 
 
