@@ -23,6 +23,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from fp8rl.analysis.figures import RC, Figure, save_figure
+from fp8rl.analysis.stats import holm
 from fp8rl.analysis.tables import markdown_table
 
 __all__ = ["ALL", "learning_figure", "load_records", "summary_table", "write_report"]
@@ -124,6 +125,40 @@ def common_step_means(held: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def trainer_differences(held: pd.DataFrame) -> pd.DataFrame:
+    """Per setting run by both trainers: TRL's mean change minus ours at the common step
+    (:func:`common_step_means`), and Welch's two-sided t-test over the seeds' changes (the
+    seeds are not paired across trainers), with Holm's correction over the settings
+    compared; NaN with fewer than two seeds a trainer."""
+    from scipy import stats as st
+
+    ends = held.groupby(["setting", "trainer", "seed"])["step"].max()
+    rows = []
+    for setting, d in held.groupby("setting", sort=True):
+        if set(d["trainer"]) != {"ours", "trl"}:
+            continue
+        step = int(ends.loc[setting].min())
+        d = d[d["step"] <= step].sort_values("step")
+        per = d.groupby(["trainer", "seed"])["acc"]
+        change = per.last() - per.first()
+        ours, trl = change.loc["ours"], change.loc["trl"]
+        test = st.ttest_ind(trl, ours, equal_var=False) if min(len(ours), len(trl)) >= 2 else None
+        rows.append(
+            {
+                "setting": setting,
+                "step": step,
+                "trl_minus_ours": trl.mean() - ours.mean(),
+                "welch_t": float(test.statistic) if test else float("nan"),
+                "df": float(test.df) if test else float("nan"),
+                "p": float(test.pvalue) if test else float("nan"),
+            }
+        )
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        frame["p_holm"] = holm(list(frame["p"]))[0]
+    return frame
+
+
 def learning_figure(held: pd.DataFrame, rewards: pd.DataFrame) -> Figure:
     """Per setting (columns): held-out accuracy vs step (top) and the training reward
     (bottom, a centred rolling mean of :data:`REWARD_WINDOW` steps), each seed a line, each
@@ -180,6 +215,7 @@ def write_report(results: Path | str, out: Path | str) -> str:
     for col in ("reward_first", "reward_last"):
         shown[col] = 100 * shown[col]
     mean = common_step_means(held)
+    differences = trainer_differences(held)
     cpus = sorted({r["cpu"] for r in records})
     versions = sorted({json.dumps(r["versions"], sort_keys=True) for r in records})
     settings = {r["setting"]: r["changes"] for r in records}
@@ -212,6 +248,18 @@ def write_report(results: Path | str, out: Path | str) -> str:
             "`per_seed`: each seed's `change`.",
             "",
             _markdown(mean),
+            "",
+            "## TRL minus ours (points of change at the common step)",
+            "",
+            "Welch's two-sided t-test over the seeds' changes (unpaired: the trainers' seeds "
+            "share prompts, not sampling); one comparison per setting, `p_holm` corrected over "
+            "the settings compared.",
+            "",
+            _markdown(
+                differences.assign(
+                    **{c: differences[c].map(lambda v: f"{v:.3f}") for c in ("p", "p_holm")}
+                )
+            ),
             "",
             "## Curves",
             "",

@@ -13,6 +13,7 @@ from fp8rl.analysis.peer_learning import (
     common_step_means,
     load_records,
     summary_table,
+    trainer_differences,
     write_report,
 )
 
@@ -79,3 +80,17 @@ def test_seeds_of_different_lengths_are_averaged_at_the_step_all_reached(tmp_pat
     assert means.loc["ours", "change"] == pytest.approx(7.0)
     assert means.loc["ours", "per_seed"] == "+10.0, +4.0"
     assert means.loc["trl", "at_step"] == pytest.approx(30.0) and means.loc["trl", "seeds"] == 1
+
+
+def test_trainer_differences_test_each_setting_and_correct_over_them(tmp_path: Path) -> None:
+    recs = {
+        f"{t}-default-seed{s}.json": record(t, s, [0.40, 0.40 + d], [0.1] * 25)
+        for t, ds in (("ours", (0.10, 0.12)), ("trl", (0.20, 0.23)))
+        for s, d in enumerate(ds)
+    }
+    for name, rec in recs.items():
+        (tmp_path / name).write_text(json.dumps(rec))
+    held, _, _ = load_records(tmp_path)
+    row = trainer_differences(held).iloc[0]
+    assert row["step"] == 25 and row["trl_minus_ours"] == pytest.approx(10.5)
+    assert 0 < row["p"] < 0.05 and row["p_holm"] == pytest.approx(row["p"])  # one setting
