@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, TextIO
 import pandas as pd
 
 from fp8rl.analysis.tables import markdown_table
-from fp8rl.runs import RunStatus
+from fp8rl.runs import RunStatus, RunStoreError
 from fp8rl.study.declaration import STUDIES_DIR, Study, StudyError, known_studies, load_study
 from fp8rl.study.protocol import REPO, protocol_commit
 
@@ -134,6 +134,7 @@ def main(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
 
 def _report(study: Study, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from fp8rl.analysis.export import export_experiment
+    from fp8rl.analysis.thresholds import ReferenceRunError
     from fp8rl.study.writers import writer_of
 
     writer = writer_of(study)
@@ -150,8 +151,8 @@ def _report(study: Study, args: argparse.Namespace, out: TextIO, err: TextIO) ->
     target = Path(args.out) if args.out else study.output
     try:
         written = writer(study, source, target, protocol)
-    except FileNotFoundError as exc:
-        err.write(f"study: {exc}\n")
+    except (FileNotFoundError, ReferenceRunError, RunStoreError) as exc:
+        err.write(f"study: {' '.join(str(exc).split())}\n")  # a missing store, a bad reference
         return 1
     out.write(f"{written.summary}\nreport: {target}\n")
     runs = written.runs

@@ -160,3 +160,19 @@ def test_the_generic_writer_takes_the_thresholds_a_live_run_took() -> None:
         path = REPO / "results" / "table2_world" / run["run_id"] / "config.yaml"
         cfg = RunConfig.from_dict(yaml.safe_load(path.read_text()))
         assert _thresholds(run) == default_thresholds(**evaluation_size(cfg))
+
+
+def test_a_missing_reference_run_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    """The frontier pilot's report through the room stops, in one line naming the run, when
+    one of its BF16 reference runs is gone (as its own script does), and writes nothing."""
+    import shutil
+
+    root = tmp_path / "results"
+    for experiment in ("table2", "bf16_search", "frontier_pilot"):
+        shutil.copytree(REPO / "results" / experiment, root / experiment)
+    shutil.rmtree(root / "bf16_search" / "0be94586780039af")
+    code, out, err = cli("report", "frontier_pilot", "--source", str(root),
+                         "--out", str(tmp_path / "report"))  # fmt: skip
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "bf16_search/0be94586780039af" in err and "missing" in err
+    assert not (tmp_path / "report").exists()
