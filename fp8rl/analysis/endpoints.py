@@ -12,6 +12,9 @@ live detector uses), so a report's failure step and a live alert cannot disagree
 ``garbled``            held-out garbled share (``val-aux/all/garbled/mean@k``), last evaluation
 ``drawdown``           :func:`fp8rl.rl.health.drawdown` of the held-out accuracy curve
 ``surge``              :func:`fp8rl.rl.health.surge_ratio` of ``actor/entropy``
+``surges``             how many :func:`fp8rl.rl.health.detect_surges` episodes ``actor/entropy``
+                       shows (NaN: no entropy curve)
+``surge_peak``         the largest episode's peak ratio (1.0 with none; NaN: no entropy curve)
 ``clip_gap``           mean over steps of ``fp8rl/shadow/clipfrac_low_negadv_gap`` (FP8 minus
                        its BF16 shadow on the same tokens: the share of negative-advantage
                        tokens clipped below the lower bound)
@@ -26,6 +29,7 @@ Pure functions of :mod:`fp8rl.analysis.load`'s frames.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -40,6 +44,7 @@ __all__ = [
     "RunCurves",
     "endpoint",
     "median_time_to_failure",
+    "metric_curves",
     "run_curves",
 ]
 
@@ -88,7 +93,24 @@ def _last(curve: Curve) -> float:
 
 def _mean(values: Sequence[float]) -> float:
     xs = [v for v in values if not math.isnan(v)]
-    return sum(xs) / len(xs) if xs else math.nan
+    return statistics.fmean(xs) if xs else math.nan
+
+
+def _episodes(run: RunCurves) -> list[health.Surge] | None:
+    curve = run.metrics.get(health.ENTROPY, ())
+    if not curve:
+        return None
+    return health.detect_surges([s for s, _ in curve], [v for _, v in curve])
+
+
+def _surges(run: RunCurves) -> float:
+    episodes = _episodes(run)
+    return math.nan if episodes is None else float(len(episodes))
+
+
+def _surge_peak(run: RunCurves) -> float:
+    episodes = _episodes(run)
+    return math.nan if episodes is None else max((s.peak_ratio for s in episodes), default=1.0)
 
 
 def _time_to_failure(run: RunCurves) -> float:
@@ -131,6 +153,22 @@ ENDPOINTS: dict[str, Endpoint] = {
             "surge",
             "largest trailing-mean entropy over its running minimum",
             lambda r: health.surge_ratio(r.metric(health.ENTROPY)),
+            unit="ratio",
+            scale=1.0,
+            better=-1,
+        ),
+        Endpoint(
+            "surges",
+            "entropy surge episodes (factor 1.5 over the running minimum, window 5)",
+            _surges,
+            unit="surges",
+            scale=1.0,
+            better=-1,
+        ),
+        Endpoint(
+            "surge_peak",
+            "largest entropy surge episode's peak ratio (1.0 with none)",
+            _surge_peak,
             unit="ratio",
             scale=1.0,
             better=-1,
@@ -180,6 +218,11 @@ def _curve(frame: pd.DataFrame) -> list[tuple[int, float]]:
     return list(zip(frame["step"].astype(int), frame["value"].astype(float), strict=True))
 
 
+def metric_curves(metrics: pd.DataFrame) -> dict[str, list[tuple[int, float]]]:
+    """One run's per-step metrics (rows of ``metrics_frame``) as curves by name."""
+    return {str(m): _curve(d) for m, d in metrics.groupby("metric")} if not metrics.empty else {}
+
+
 def run_curves(
     runs: pd.DataFrame,
     metrics: pd.DataFrame,
@@ -198,7 +241,7 @@ def run_curves(
         acc = mine[mine["stat"].str.startswith("acc/mean")] if not mine.empty else mine
         gar = mine[mine["stat"].str.startswith("garbled/mean")] if not mine.empty else mine
         per = metrics[metrics["run_id"] == rid] if not metrics.empty else metrics
-        curves = {str(m): _curve(d) for m, d in per.groupby("metric")} if not per.empty else {}
+        curves = metric_curves(per)
         steps = run.get("planned_steps")
         out[rid] = RunCurves(
             rid,

@@ -58,8 +58,8 @@ from fp8rl.analysis.arms import (
     Arm,
     arms_by_label,
 )
-from fp8rl.analysis.curves import detect_surges
 from fp8rl.numerics.registry import RECIPES
+from fp8rl.rl.health import detect_surges
 
 __all__ = [
     "CONTROLS",
@@ -347,7 +347,7 @@ def entropy_figure(
     smooth: int = 1,
 ) -> Figure:
     """Token entropy (``actor/entropy``) vs step per panel (module docstring); detected
-    surges (:func:`fp8rl.analysis.curves.detect_surges` on each arm's unsmoothed mean curve)
+    surges (:func:`fp8rl.rl.health.detect_surges` on each arm's unsmoothed mean curve)
     shaded and their peaks marked. Second row: each arm's mean minus BF16's."""
     data = arm_curves(runs, metrics, "actor/entropy", smooth=smooth)
     raw = data if smooth <= 1 else arm_curves(runs, metrics, "actor/entropy")

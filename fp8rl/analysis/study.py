@@ -6,13 +6,16 @@ rendered tables), from :func:`endpoints_frame`:
 
 * E1 accuracy — ``val-core/all/acc/mean@k`` at the run's last evaluation (``acc``), and per
   family (``acc/<family>``).
-* E2 entropy surge — :func:`fp8rl.analysis.curves.detect_surges` on ``actor/entropy`` with
-  its defaults (factor 1.5, window 5): ``surged`` (at least one surge), ``surges`` (how
-  many) and ``peak_ratio`` (the largest surge's peak ratio; 1.0 with none).
+* E2 entropy surge — the registry's ``surges`` and ``surge_peak``
+  (:mod:`fp8rl.analysis.endpoints`: :func:`fp8rl.rl.health.detect_surges` on
+  ``actor/entropy`` with its defaults, factor 1.5, window 5): ``surged`` (at least one
+  surge), ``surges`` (how many) and ``peak_ratio`` (the largest surge's peak ratio; 1.0
+  with none).
 * E3 garbled share — ``val-aux/all/garbled/mean@k`` at the last evaluation (``garbled``).
-* E4 negative-advantage lower-clip gap — the mean over the run's shadow steps of
-  ``fp8rl/shadow/clipfrac_low_negadv_gap`` (``clip_gap``: the FP8 share of A<0 tokens below
-  its active lower bound minus the BF16 shadow's below the nominal one); pooled over the
+* E4 negative-advantage lower-clip gap — the registry's ``clip_gap``: the mean over the
+  run's shadow steps of ``fp8rl/shadow/clipfrac_low_negadv_gap`` (the FP8 share of A<0
+  tokens below its active lower bound minus the BF16 shadow's below the nominal one);
+  pooled over the
   steps' tokens (``clip_gap_pooled``: ``(Σ n·fp8 - Σ n·bf16) / Σ n``, n =
   ``fp8rl/shadow/n_negadv``); and :func:`fp8rl.rl.summarize_shadow_steps`'s
   ``post_abs_gap`` (mean |gap| on the steps after the first calibration that are not
@@ -52,7 +55,8 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from fp8rl.analysis.arms import DEFAULT_ROLLOUT, TABLE2_ARMS, Arm
-from fp8rl.analysis.curves import detect_surges
+from fp8rl.analysis.endpoints import ENDPOINTS as ENDPOINTS_BY_NAME
+from fp8rl.analysis.endpoints import RunCurves, metric_curves
 from fp8rl.analysis.reproduce import STUDY_CONTROL_GRANULARITY
 from fp8rl.analysis.stats import Estimate, mean_ci, paired_difference
 from fp8rl.analysis.tables import (
@@ -136,13 +140,12 @@ def study_period(runs: pd.DataFrame) -> int:
     return int(cc.mode().iloc[0]) if not cc.empty else CalibratorConfig.period
 
 
-def _entropy_endpoints(metrics: pd.DataFrame) -> dict[str, object]:
-    curve = metrics[metrics["metric"] == "actor/entropy"].sort_values("step")
-    if curve.empty:
+def _entropy_endpoints(curves: RunCurves) -> dict[str, object]:
+    surges = ENDPOINTS_BY_NAME["surges"](curves)
+    if math.isnan(surges):
         return {"surged": None, "surges": math.nan, "peak_ratio": math.nan}
-    surges = detect_surges(list(curve["step"]), list(curve["value"]))
-    peak = max((s.peak_ratio for s in surges), default=1.0)
-    return {"surged": bool(surges), "surges": len(surges), "peak_ratio": peak}
+    peak = ENDPOINTS_BY_NAME["surge_peak"](curves)
+    return {"surged": surges > 0, "surges": int(surges), "peak_ratio": peak}
 
 
 #: What :func:`summarize_shadow_steps` reads from a shadow step (NaN where not logged).
@@ -170,7 +173,7 @@ def _shadow_rows(metrics: pd.DataFrame) -> list[dict[str, float]]:
     return rows
 
 
-def _shadow_endpoints(metrics: pd.DataFrame, period: int) -> dict[str, float]:
+def _shadow_endpoints(metrics: pd.DataFrame, curves: RunCurves, period: int) -> dict[str, float]:
     low = f"{_SHADOW}/clipfrac_low_negadv"
     rows = _shadow_rows(metrics)
     summary = summarize_shadow_steps(rows, period)
@@ -183,7 +186,7 @@ def _shadow_endpoints(metrics: pd.DataFrame, period: int) -> dict[str, float]:
         else math.nan
     )
     return {
-        "clip_gap": summary["D"],
+        "clip_gap": ENDPOINTS_BY_NAME["clip_gap"](curves),
         "clip_gap_pooled": pooled,
         "post_abs_gap": summary["post_abs_gap"],
         "shadow_steps": len(rows),
@@ -220,9 +223,10 @@ def endpoints_frame(
         row: dict[str, object] = {"run_id": r.run_id, "arm": r.arm, "seed": int(r.seed)}
         row["acc"] = _value(acc, r.run_id, "all")
         row.update({f"acc/{f}": _value(acc, r.run_id, f) for f in families})
-        row.update(_entropy_endpoints(mine))
+        curves = RunCurves(r.run_id, 0, metrics=metric_curves(mine))
+        row.update(_entropy_endpoints(curves))
         row["garbled"] = _value(garbled, r.run_id, "all")
-        row.update(_shadow_endpoints(mine, k))
+        row.update(_shadow_endpoints(mine, curves, k))
         rows.append(row)
     columns = ["run_id", "arm", "seed", "acc", *(f"acc/{f}" for f in families)]
     columns += ["surged", "surges", "peak_ratio", "garbled", "clip_gap", "clip_gap_pooled"]

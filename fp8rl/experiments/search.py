@@ -67,7 +67,6 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from fp8rl.analysis.curves import entropy_stability
 from fp8rl.config import RunConfig, leaf_fields
 from fp8rl.config.request import RunRequest
 from fp8rl.experiments.backends import get_backend
@@ -125,8 +124,26 @@ def _last_value(rows: Sequence[Mapping[str, Any]], metric: str) -> float | None:
     return None
 
 
+def entropy_stability(values: Sequence[float]) -> float | None:
+    """Minus the largest log-factor by which the values rose above their running minimum.
+
+    0 when they never rose; ``-log 2`` when at some step a value was twice the lowest seen
+    before; NaN if any value is NaN; None for no values.
+    """
+    if not values:
+        return None
+    worst, low = 0.0, float(values[0])
+    for value in values:
+        value = float(value)
+        if math.isnan(value):
+            return math.nan
+        low = min(low, value)
+        worst = max(worst, math.log(max(value, 1e-12) / max(low, 1e-12)))
+    return -worst
+
+
 def _entropy_stability(rows: Sequence[Mapping[str, Any]], metric: str) -> float | None:
-    """:func:`fp8rl.analysis.curves.entropy_stability` of ``metric`` over training steps."""
+    """:func:`entropy_stability` of ``metric`` over training steps."""
     return entropy_stability(
         [float(r[metric]) for r in rows if r["step"] >= 1 and r.get(metric) is not None]
     )

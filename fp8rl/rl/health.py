@@ -10,7 +10,10 @@ run's curves up to a step:
 
 * **entropy surge** — :func:`surge_ratio`: the trailing mean of ``actor/entropy`` over
   ``window`` steps (:func:`trailing_mean`) over its running minimum; it fires at the first
-  step where the ratio exceeds ``F``;
+  step where the ratio exceeds ``F``. Its episodes, :func:`detect_surges` (the pre-registered
+  Table-2 study's E2 and the entropy figure's shading), read the same smoothed curve: a
+  surge opens at the first step above ``factor`` (1.5) times the running minimum, peaks,
+  and closes at the first step back under it; the running minimum restarts there;
 * **garbled share** — the held-out ``val-aux/all/garbled/mean@k`` of an evaluation after
   step 0; it fires at the first evaluation above ``G``;
 * **drawdown** — :func:`drawdown`: the fall of held-out ``val-core/all/acc/mean@k`` below its
@@ -82,10 +85,12 @@ __all__ = [
     "HealthMonitor",
     "HealthStop",
     "ReferenceStats",
+    "Surge",
     "WatchedRun",
     "alert_metrics",
     "alerts_in",
     "default_thresholds",
+    "detect_surges",
     "drawdown",
     "drawdown_quantile",
     "endpoint_steps",
@@ -163,6 +168,52 @@ def surge_ratio(values: Sequence[float], window: int = 5) -> float:
         if low > 0:
             worst = max(v / low, worst) if not math.isnan(worst) else v / low
     return worst
+
+
+@dataclass(frozen=True)
+class Surge:
+    """One surge episode of :func:`detect_surges`."""
+
+    start_step: int
+    peak_step: int
+    end_step: int | None  # None: still above the threshold at the last step
+    peak_ratio: float  # smoothed peak / running minimum at the start
+
+
+def detect_surges(
+    steps: Sequence[int], values: Sequence[float], *, factor: float = 1.5, window: int = 5
+) -> list[Surge]:
+    """The surge episodes of a curve (module docstring): smoothed by :func:`trailing_mean`
+    over ``window`` steps, a surge starts above ``factor`` times the running minimum, peaks
+    where the smoothed value is highest, ends back under ``factor`` times that minimum (or
+    is open at the end), and the search for the next one starts afresh there. NaN values
+    are skipped. The defaults are a choice (docs/analysis.md), not tuned on any run."""
+    if len(steps) != len(values):
+        raise ValueError("steps and values differ in length")
+    if factor <= 1:
+        raise ValueError(f"factor must be > 1, got {factor}")
+    pairs = [(s, float(v)) for s, v in zip(steps, values, strict=True) if not math.isnan(v)]
+    if not pairs:
+        return []
+    smooth = trailing_mean([v for _, v in pairs], window)
+    surges: list[Surge] = []
+    low = math.inf
+    start = peak = None
+    peak_value = base = 0.0
+    for (step, _), v in zip(pairs, smooth, strict=True):
+        if start is None:
+            low = min(low, v)
+            if low > 0 and v > factor * low:
+                start, peak, peak_value, base = step, step, v, low
+        elif v > factor * base:
+            if v > peak_value:
+                peak, peak_value = step, v
+        else:
+            surges.append(Surge(start, peak, step, peak_value / base))
+            start, low = None, v
+    if start is not None:
+        surges.append(Surge(start, peak, None, peak_value / base))
+    return surges
 
 
 def drawdown(values: Sequence[float]) -> float:

@@ -40,6 +40,18 @@ def test_each_endpoint_on_a_hand_made_run() -> None:
     assert ENDPOINTS["drawdown"](r) == pytest.approx(0.05)
     assert ENDPOINTS["surge"](r) == 1.0
     assert ENDPOINTS["clip_gap"](r) == pytest.approx(0.02)
+    assert ENDPOINTS["surges"](r) == 0 and ENDPOINTS["surge_peak"](r) == 1.0
+
+
+def test_surge_episodes_count_and_peak_and_no_curve_is_nan() -> None:
+    # entropy triples for 10 steps, twice: two episodes, each peaking at 3x (window 5)
+    values = [1.0] * 20 + [3.0] * 10 + [1.0] * 20 + [3.0] * 10 + [1.0] * 20
+    r = run(metrics={ENTROPY: list(enumerate(values))})
+    assert ENDPOINTS["surges"](r) == 2
+    assert ENDPOINTS["surge_peak"](r) == pytest.approx(3.0)
+    assert ENDPOINTS["surge"](r) == pytest.approx(3.0)  # the live ratio, same smoothing
+    bare = run(metrics={})
+    assert math.isnan(ENDPOINTS["surges"](bare)) and math.isnan(ENDPOINTS["surge_peak"](bare))
 
 
 def test_time_to_failure_is_the_first_health_endpoint_to_fire() -> None:

@@ -1,6 +1,6 @@
 """fp8rl.experiments is the entry-point room: it plans and launches runs through the backend
 protocol, so it imports the run config, the run store, the analysis room (the search's
-entropy-stability objective is ``fp8rl.analysis.curves``') and the evaluation room (the
+run summary's item counts and interval) and the evaluation room (the
 ``lm_eval`` settings and the ``--eval`` stage), the log-ratio histogram's bin edges and the
 health monitor's alerts (the live loggers), but no backend (backends are
 loaded by name from ``fp8rl.experiments.backends``' registry); nothing else in fp8rl

@@ -464,3 +464,12 @@ def test_objectives_read_the_run_store(tmp_path) -> None:
     missing = ObjectiveSpec("final_metric", "fp8rl/nothing", "minimize")
     with pytest.raises(ValueError, match="has no 'fp8rl/nothing'"):
         objective_value(info, missing)
+
+
+def test_entropy_stability():
+    from fp8rl.experiments.search import entropy_stability
+
+    assert entropy_stability([2.0 * 0.97**s for s in range(100)]) == 0
+    assert entropy_stability([1.0, 0.5, 1.0]) == pytest.approx(-math.log(2))
+    assert math.isnan(entropy_stability([1.0, float("nan")]))
+    assert entropy_stability([]) is None
