@@ -28,7 +28,13 @@ import logging
 import shlex
 import sys
 
-from fp8rl.analysis.noise import CELLS, SOURCES, noise_table, read_probe, recipe_label, recipe_order
+from fp8rl.analysis.noise import (
+    noise_markdown,
+    noise_table,
+    read_probe,
+    recipe_label,
+    recipe_order,
+)
 from fp8rl.experiments.compose import Composer, compose_grid
 from fp8rl.experiments.grid import GridPoint, plan_grid
 from fp8rl.experiments.schema import ConfigError
@@ -69,17 +75,7 @@ def main() -> None:
         sys.exit("no finished noise probes: run the sweeps above first (or: make noise-table)")
     probes = {recipe_label(p.resolved.config): read_probe(p.path) for p in points}
     table = noise_table(probes, points[0].resolved.config.algorithm.eps_low)
-    print(
-        f"{table.responses} responses, {table.tokens} tokens per recipe; std of log r; "
-        f"trust region log({1 - table.eps_low:g}) = {table.trust_region:.3f}\n"
-    )
-    for source, title in SOURCES:
-        print(f"**{title}**\n")
-        print("| recipe | " + " | ".join(label for _, label in CELLS) + " |")
-        print("|---|" + "---|" * len(CELLS))
-        for name, cells in table.std[source].iterrows():
-            print(f"| {name} | " + " | ".join(f"{c:.4f}" for c in cells) + " |")
-        print()
+    print(noise_markdown(table), end="")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(table.probes, fh, indent=1)

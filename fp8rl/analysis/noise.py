@@ -1,8 +1,10 @@
 """The noise table: per precision recipe, the std of the two log-ratio noises a noise probe
 (``task=noise_probe``, no training) measures on the SFT base, overall, by advantage sign and
 on low- and high-probability tokens, next to the trust region's own scale
-``log(1 - eps_low)``. A probe run logs one metrics row; ``scripts/noise_table.py`` finds the
-probes and prints the table.
+``log(1 - eps_low)``. A probe run logs one metrics row; :func:`store_probes` reads a run
+store's finished probes, :func:`noise_markdown` renders the table (``scripts/noise_table.py``
+prints it; the ``noise_table`` study's writer, ``python -m fp8rl.study report noise_table``,
+writes it with the runs it came from).
 """
 
 from __future__ import annotations
@@ -18,18 +20,20 @@ import pandas as pd
 from fp8rl.analysis.first_look import TRAINING_ORDER
 from fp8rl.config import RunConfig
 from fp8rl.numerics.registry import RECIPES
-from fp8rl.runs import read_step_log
+from fp8rl.runs import RunStatus, RunStore, read_step_log
 from fp8rl.runs.store import METRICS_FILE
 
 __all__ = [
     "CELLS",
     "SOURCES",
     "NoiseTable",
+    "noise_markdown",
     "noise_std",
     "noise_table",
     "read_probe",
     "recipe_label",
     "recipe_order",
+    "store_probes",
 ]
 
 #: The table's cells: (metric key under ``noise/<source>/``, column label).
@@ -122,3 +126,37 @@ def noise_table(probes: Mapping[str, Mapping[str, Any]], eps_low: float) -> Nois
         std={source: noise_std(probes, source) for source, _ in SOURCES},
         probes=probes,
     )
+
+
+def noise_markdown(table: NoiseTable) -> str:
+    """The table as ``scripts/noise_table.py`` prints it: a line on the probes' size and the
+    trust region's scale, then one Markdown table per noise source."""
+    lines = [
+        f"{table.responses} responses, {table.tokens} tokens per recipe; std of log r; "
+        f"trust region log({1 - table.eps_low:g}) = {table.trust_region:.3f}",
+        "",
+    ]
+    for source, title in SOURCES:
+        lines += [f"**{title}**", ""]
+        lines += ["| recipe | " + " | ".join(label for _, label in CELLS) + " |"]
+        lines += ["|---|" + "---|" * len(CELLS)]
+        for name, cells in table.std[source].iterrows():
+            lines += [f"| {name} | " + " | ".join(f"{c:.4f}" for c in cells) + " |"]
+        lines += [""]
+    return "\n".join(lines) + "\n"
+
+
+def store_probes(store: RunStore, experiment: str) -> tuple[NoiseTable, dict[str, str]]:
+    """The noise table of every finished, current probe of ``experiment`` in ``store`` (in
+    :func:`recipe_order`), whatever grid ran it, and each row's run id; ValueError without
+    one."""
+    found = []
+    for info in store.list_runs(experiment):
+        if info.status is RunStatus.DONE and not info.stale:
+            found.append((RunConfig.from_dict(dict(info.config)), info))
+    if not found:
+        raise ValueError(f"no finished noise probes of experiment {experiment!r} in {store.root}")
+    found.sort(key=lambda pair: recipe_order(pair[0]))
+    probes = {recipe_label(cfg): read_probe(info.path) for cfg, info in found}
+    run_ids = {recipe_label(cfg): info.run_id for cfg, info in found}
+    return noise_table(probes, found[0][0].algorithm.eps_low), run_ids

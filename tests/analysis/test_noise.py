@@ -11,11 +11,13 @@ from synthetic_store import add_run, config
 from fp8rl.analysis.noise import (
     CELLS,
     SOURCES,
+    noise_markdown,
     noise_std,
     noise_table,
     read_probe,
     recipe_label,
     recipe_order,
+    store_probes,
 )
 from fp8rl.config import RunConfig
 from fp8rl.runs import RunStore
@@ -65,6 +67,29 @@ def test_noise_table_reads_probe_runs(tmp_path) -> None:
     cell = table.std["rollout_vs_trainer"].loc["block rollout / blockwise (block 4)", "A<0"]
     assert cell == pytest.approx(0.03)
     assert table.probes is probes
+
+
+def test_store_probes_reads_every_finished_probe_of_an_experiment_in_recipe_order(
+    tmp_path,
+) -> None:
+    store = RunStore(tmp_path)
+    ids = {}
+    for arm, std in (("Blockwise FP8", 0.03), ("BF16", 0.0)):  # stored out of order
+        curve = lambda step, s=std: _probe(s)  # noqa: E731
+        ids[arm] = add_run(store, "noise", arm, 0, curve=curve, steps=2, **BLOCK4)
+    add_run(store, "noise", "Rowwise FP8", 0, curve=lambda step: _probe(0.05), steps=2,
+            status="failed")  # fmt: skip
+    table, run_ids = store_probes(store, "noise")
+    assert run_ids == {
+        "BF16 / BF16": ids["BF16"],
+        "block rollout / blockwise (block 4)": ids["Blockwise FP8"],
+    }
+    assert list(table.std["rollout_vs_trainer"].index) == list(run_ids)
+    text = noise_markdown(table)
+    assert text.startswith("512 responses, 18000 tokens per recipe;")
+    assert "| block rollout / blockwise (block 4) | 0.0300 |" in text
+    with pytest.raises(ValueError, match="no finished noise probes of experiment 'other'"):
+        store_probes(store, "other")
 
 
 def test_noise_table_of_no_probes_fails() -> None:
