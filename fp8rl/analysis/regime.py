@@ -19,13 +19,16 @@ asymmetry both seeds show it with probability 1/4: an exact two-sided sign-test 
 at best), so :func:`asymmetry_test` pools it over
 the standard runs: an exact sign test and a paired t-interval of ``D - D+``, per eps and
 over all. :func:`token_counts` says how many negative-advantage tokens the comparison and
-the calibrator saw, and how often a calibration moved the lower bound.
+the calibrator saw, and how often a calibration moved the lower bound. :func:`regime_markdown`
+renders all of it as docs/regime.md shows it (``scripts/regime_report.py`` prints it, the
+``regime`` study's writer writes it).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +47,7 @@ __all__ = [
     "asymmetry_test",
     "noise_frame",
     "regime_frame",
+    "regime_markdown",
     "regime_points",
     "regime_verdict",
     "regime_verdicts",
@@ -253,3 +257,96 @@ def regime_points(regime: pd.DataFrame, noise: pd.DataFrame) -> pd.DataFrame:
     ]
     std["y"] = std["D"]
     return std[[*CELL, "seed", "x", "y"]].reset_index(drop=True)
+
+
+def regime_markdown(frame: pd.DataFrame, period: int) -> str:
+    """The study's tables, verdicts, pooled asymmetry test and token counts from
+    :func:`regime_frame` (calibration period ``period``), as Markdown."""
+    out: list[str] = []
+
+    def emit(text: str = "") -> None:
+        out.append(text + "\n")
+
+    _tables(emit, frame, period)
+    return "".join(out)
+
+
+def _asymmetry(emit: Callable[..., None], frame: pd.DataFrame) -> None:
+    """The pooled test of D > D+ over the standard runs (:func:`asymmetry_test`)."""
+    emit("\n### The asymmetry D > D+, pooled over the standard-clipping runs\n")
+    emit(
+        "| scope | runs | D > D+ | D < D+ | ties | sign test p (exact, two-sided) "
+        "| mean D - D+ | 95% t-interval | t-test p |"
+    )
+    emit("|---|---|---|---|---|---|---|---|---|")
+    for r in asymmetry_test(frame).to_dict("records"):
+        emit(
+            f"| {r['scope']} | {r['runs']} | {r['above']} | {r['below']} | {r['ties']} "
+            f"| {r['sign_p']:.4f} | {r['mean']:+.4f} | [{r['low']:+.4f}, {r['high']:+.4f}] "
+            f"| {r['t_p']:.4f} |"
+        )
+    emit(
+        "\nOne paired difference D - D+ per run; the sign test drops ties; runs are the "
+        "units (independent runs, not identical cells)."
+    )
+
+
+def _tokens(emit: Callable[..., None], frame: pd.DataFrame) -> None:
+    """Negative-advantage tokens per shadow step and per calibration, and L's moves."""
+    emit("\n### Negative-advantage tokens and calibrations\n")
+    for r in token_counts(frame).to_dict("records"):
+        emit(
+            f"- {r['scope']}: {r['negadv_step']:.1f} A<0 tokens per shadow step (mean over "
+            f"{r['standard_runs']} standard runs; run means {r['negadv_min']:.0f}-"
+            f"{r['negadv_max']:.0f}); {r['negadv_calibration']:.1f} per calibration over "
+            f"{r['calibrations']} calibrations of {r['calibrated_runs']} calibrated runs; "
+            f"L moved at {r['low_moves']} of them, in {r['runs_low_moved']} runs."
+        )
+    emit(
+        "\nA shadow step counts the loss-masked A<0 tokens of the shadow comparison "
+        "(fp8rl/shadow/n_negadv: the mini-batches visited after an update, all of them in "
+        "bypass mode); a calibration, the A<0 tokens it calibrated from (fp8rl/calib/n_negadv:"
+        " the step's shadow tokens, the period's pool with clipping.pool=period)."
+    )
+
+
+def _tables(emit: Callable[..., None], frame: pd.DataFrame, period: int) -> None:
+    seeds = sorted(int(s) for s in frame["seed"].unique())
+    emit(f"{len(frame)} finished runs, seeds {seeds}\n")
+    emit("### Standard clipping: FP8 vs its BF16 shadow on the same tokens (mean over steps)\n")
+    emit(
+        "| eps | granularity | old log-probs | seed | FP8 share A<0 below L | BF16 share "
+        "| D | D+ (upper, A>0) | A<0 tokens/step |"
+    )
+    emit("|---|---|---|---|---|---|---|---|---|")
+    std = frame[frame["clipping"] == "standard"].sort_values(
+        ["eps", "granularity", "source", "seed"]
+    )
+    for r in std.to_dict("records"):
+        emit(
+            f"| {r['eps']} | {r['granularity']} | {r['source']} | {r['seed']} | {r['fp8']:.4f} "
+            f"| {r['bf16']:.4f} | {r['D']:+.4f} | {r['D+']:+.4f} | {r['negadv']:.0f} |"
+        )
+    emit(f"\n### Calibrated vs standard, steps after a calibration (K = {period})\n")
+    emit(
+        "| eps | granularity | old log-probs | seed | mean L (calibrated) | |gap| standard "
+        "| |gap| calibrated | FP8 share std / cal | BF16 share std / cal |"
+    )
+    emit("|---|---|---|---|---|---|---|---|---|")
+    key = ["eps", "granularity", "source", "seed"]
+    pairs = std.merge(frame[frame["clipping"] == "calibrated"], on=key, suffixes=("", "_cal"))
+    for r in pairs.to_dict("records"):
+        emit(
+            f"| {r['eps']} | {r['granularity']} | {r['source']} | {r['seed']} | "
+            f"{r['post_clip_low_cal']:.4f} | {r['post_abs_gap']:.4f} | "
+            f"{r['post_abs_gap_cal']:.4f} | {r['post_fp8']:.4f} / {r['post_fp8_cal']:.4f} | "
+            f"{r['post_bf16']:.4f} / {r['post_bf16_cal']:.4f} |"
+        )
+    emit("\n### Verdicts (pre-registered criteria)\n")
+    grouped: dict[str, list[str]] = defaultdict(list)
+    for (eps, recipe, source), verdict in regime_verdicts(frame).items():
+        grouped[verdict].append(f"eps {eps}, {recipe}, {source}")
+    for verdict, cells in sorted(grouped.items()):
+        emit(f"- **{verdict}** ({len(cells)}): " + "; ".join(cells))
+    _asymmetry(emit, frame)
+    _tokens(emit, frame)

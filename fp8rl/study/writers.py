@@ -16,6 +16,8 @@
   the folder's ``rule.py``) into the folder's ``report.md``.
 * ``noise_table`` — the log-ratio noise per precision recipe of every finished noise probe
   (:func:`write_noise_table`), between the folder's ``report.md`` and the runs.
+* ``regime`` — the regime study's tables and pre-registered verdicts
+  (:func:`write_regime`).
 * ``learning_world`` — the learning-world search's readings
   (:func:`fp8rl.analysis.learning_world.write_report`), its header from the folder's
   ``report.md`` with the criterion's numbers filled in.
@@ -411,6 +413,28 @@ def write_noise_table(study: Study, source: Path, out: Path, protocol: Protocol)
     return Written(out, text, runs_frame(store, study.experiment), summary=body)
 
 
+def write_regime(study: Study, source: Path, out: Path, protocol: Protocol) -> Written:
+    """The regime study's tables and verdicts (:func:`fp8rl.analysis.regime.regime_markdown`,
+    calibration period ``Study.options["period"]``, default 5) into ``<out>/README.md``,
+    between the folder's prose and the runs, and its per-run frame into ``regime.csv``."""
+    from fp8rl.analysis.regime import regime_frame, regime_markdown
+
+    store = _store(study, source)
+    period = int(study.options.get("period", 5))
+    frame = regime_frame(store, study.experiment, period)
+    if frame.empty:
+        raise FileNotFoundError(f"no finished runs of {study.experiment!r} under {source}")
+    body = regime_markdown(frame, period).rstrip("\n")
+    runs = runs_frame(store, study.experiment)
+    lines = [*_head_lines(study, source, store, protocol), "## Tables", "", body, ""]
+    lines += _tail_lines(study, store, runs[["arm", "seed", "run_id", "state"]])
+    text = "\n".join(lines)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "README.md", text)
+    atomic_write_text(out / "regime.csv", frame.to_csv(index=False))
+    return Written(out, text, runs, summary=body)
+
+
 Writer = Callable[[Study, Path, Path, Protocol], Written]
 #: The writers a declaration may name.
 WRITERS: dict[str, Writer] = {
@@ -420,6 +444,7 @@ WRITERS: dict[str, Writer] = {
     "bf16_search": write_bf16_search,
     "frontier_pilot": write_frontier_pilot,
     "noise_table": write_noise_table,
+    "regime": write_regime,
 }
 
 

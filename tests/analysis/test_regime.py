@@ -200,3 +200,31 @@ def test_regime_chart_places_each_standard_run_by_noise_over_trust_region(tmp_pa
     (collection,) = fig.fig.axes[0].collections
     assert collection.get_offsets().tolist() == [[points["x"].item(), points["y"].item()]]
     assert "trust region" in fig.fig.axes[0].get_xlabel()
+
+
+def test_the_regime_study_reports_the_script_tables_from_a_store(tmp_path):
+    """``python -m fp8rl.study report regime`` writes what ``scripts/regime_report.py``
+    prints (one renderer), between its header and its runs; seeds print as numbers."""
+    import io
+
+    from fp8rl.analysis.regime import regime_markdown
+    from fp8rl.study.cli import main
+
+    store = RunStore(tmp_path / "runs")
+    extra = {"algorithm.eps_low": 0.05, "train.old_logprob_source": "trainer"}
+    for seed in (0, 1):
+        add_run(store, "regime", "Blockwise FP8", seed, curve=_shadow(0.03, 0.0), steps=12, **extra)
+        add_run(
+            store, "regime", "Blockwise FP8 + CC", seed, curve=_shadow(0.01, 0.0), steps=12, **extra
+        )
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["report", "regime", "--source", str(tmp_path / "runs"),
+                 "--out", str(tmp_path / "report")], out, err)  # fmt: skip
+    assert code == 0, err.getvalue()
+    text = (tmp_path / "report" / "README.md").read_text()
+    body = regime_markdown(regime_frame(store, "regime", period=5), 5)
+    assert body.startswith("4 finished runs, seeds [0, 1]\n")
+    assert body.rstrip("\n") in text
+    assert "- **(1) reproduced; (2) reproduced** (1): eps 0.05, blockwise, trainer" in text
+    assert text.index("## Tables") < text.index("## Runs")
+    assert (tmp_path / "report" / "regime.csv").read_text().startswith("eps,granularity,")

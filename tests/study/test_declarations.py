@@ -12,12 +12,17 @@ from fp8rl.study.protocol import REPO, protocol_commit
 from fp8rl.study.writers import WRITERS
 
 MIGRATED = (
+    "bf16_search",
+    "first_look",
     "frontier_pilot",
     "learning_world",
+    "noise_table",
+    "regime",
     "table2",
     "table2_default",
     "table2_quick",
     "table2_small",
+    "table2_fixed_bounds",
     "table2_world",
 )
 
