@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,11 +146,13 @@ def export_experiment(
     samples: int = 3,
     drop_prefixes: tuple[str, ...] = DROPPED_METRICS,
     results_version: int | None = None,
+    run_ids: Collection[str] | None = None,
 ) -> ExportSummary:
     """Export ``experiment``'s finished runs from ``source`` to ``destination/<experiment>``
     (module docstring); returns what was written, left unchanged and skipped.
     ``results_version``: the version whose runs are current (and exported; runs of another
-    version are skipped as stale); default the source store's (the code's current one)."""
+    version are skipped as stale); default the source store's (the code's current one).
+    ``run_ids``: only these runs (None: every run of the experiment)."""
     store = as_store(source)
     if results_version is not None and results_version != store.results_version:
         store = RunStore(store.root, results_version=results_version)
@@ -157,6 +160,8 @@ def export_experiment(
     summary = ExportSummary(experiment, dest_root / experiment)
     recover_directories(summary.destination)  # what a killed export left
     for info in store.list_runs(experiment):
+        if run_ids is not None and info.run_id not in run_ids:
+            continue
         if info.stale:
             summary.skipped[info.run_id] = f"stale (results version {info.results_version})"
             continue

@@ -6,7 +6,9 @@
 * ``status NAME`` — its runs per arm and state (done, running, failed, stopped, to start)
   and the time left.
 * ``run NAME`` — each grid through ``sweep.py`` (the one way to start a run), ``--jobs`` at
-  a time; resumable: a second call skips finished runs. Then the status.
+  a time; resumable: a second call skips finished runs. Then the status. A study whose
+  measurement needs more than its runs (``Study.options["runner"]``: a script and its
+  arguments, given ``--runs-dir``) runs that script instead, which runs the same grids.
 * ``report NAME`` — ``--export-from`` first exports finished runs into ``--source``
   (default ``results``), then the study's writer writes its report folder.
 
@@ -125,8 +127,15 @@ def main(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     if args.command == "status":
         out.write(_status_text(plan) + "\n\n" + plan.summary(args.workers) + "\n")
         return 0
-    grids = [["-m", *grid, f"runs_dir={args.runs_dir}"] for grid in study.grids]
-    failed = run_grids(grids, args.jobs, out)
+    runner = study.options.get("runner")
+    if runner:  # a study whose runs need more than sweep.py (each arm on two backends)
+        cmd = [sys.executable, str(REPO / runner[0]), *runner[1:], "--runs-dir", args.runs_dir]
+        out.write(f"\n== {' '.join(runner)}\n")
+        out.flush()
+        failed = subprocess.run(cmd, cwd=REPO).returncode != 0
+    else:
+        grids = [["-m", *grid, f"runs_dir={args.runs_dir}"] for grid in study.grids]
+        failed = run_grids(grids, args.jobs, out)
     after = plan_study(study, args.runs_dir)
     out.write("\n" + _status_text(after) + "\n\n" + after.summary(args.workers) + "\n")
     return 1 if failed else 0

@@ -18,6 +18,8 @@
   (:func:`write_noise_table`), between the folder's ``report.md`` and the runs.
 * ``regime`` — the regime study's tables and pre-registered verdicts
   (:func:`write_regime`).
+* ``verl_agreement`` — the tiny/verl agreement at step 1 from each arm's record
+  (:func:`write_verl_agreement`).
 * ``learning_world`` — the learning-world search's readings
   (:func:`fp8rl.analysis.learning_world.write_report`), its header from the folder's
   ``report.md`` with the criterion's numbers filled in.
@@ -435,6 +437,29 @@ def write_regime(study: Study, source: Path, out: Path, protocol: Protocol) -> W
     return Written(out, text, runs, summary=body)
 
 
+def write_verl_agreement(study: Study, source: Path, out: Path, protocol: Protocol) -> Written:
+    """The tiny/verl agreement (:func:`fp8rl.verl_ext.agreement.agreement_markdown`) of each
+    arm's record, ``<source>/verl_agreement/<arm>/agreement.json`` (written by
+    ``scripts/verl_agreement.py`` from the full runs, whose checkpoints the results do not
+    keep), in :data:`~fp8rl.verl_ext.agreement.ARMS` order, into ``<out>/README.md``."""
+    from fp8rl.verl_ext.agreement import ARMS, agreement_markdown
+
+    root = source / "verl_agreement"
+    paths = [root / arm / "agreement.json" for arm in ARMS]
+    records = [json.loads(p.read_text()) for p in paths if p.is_file()]
+    if not records:
+        raise FileNotFoundError(f"no agreement records under {root}: run the study first")
+    text = agreement_markdown(records)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "README.md", text)
+    runs = pd.DataFrame(
+        [{"arm": r["arm"], "side": side, "run_id": rid} for r in records
+         for side, rid in r["runs"].items()]
+    )  # fmt: skip
+    verdicts = [line for line in text.split("\n") if line.startswith("## ")]
+    return Written(out, text, runs, summary="\n".join(verdicts))
+
+
 Writer = Callable[[Study, Path, Path, Protocol], Written]
 #: The writers a declaration may name.
 WRITERS: dict[str, Writer] = {
@@ -445,6 +470,7 @@ WRITERS: dict[str, Writer] = {
     "frontier_pilot": write_frontier_pilot,
     "noise_table": write_noise_table,
     "regime": write_regime,
+    "verl_agreement": write_verl_agreement,
 }
 
 

@@ -25,6 +25,12 @@ wrote for one step of one config (``runs/<experiment>/<id>`` of each backend, wi
   ways, one AdamW step): docs/verl_backend.md, "One method at two scales", has the numbers.
 
 Every check is a :class:`Check`; :func:`failures` lists those that fail.
+:func:`agreement_record` measures one arm (its checks, its negative control's, the layout
+noise floor, the runs' wall times and machine) as a plain record that
+``scripts/verl_agreement.py`` stores beside the arm's compact results
+(``results/verl_agreement/<arm>/agreement.json``); :func:`agreement_markdown` renders the
+records (the ``verl_agreement`` study's report, ``python -m fp8rl.study report
+verl_agreement``).
 """
 
 from __future__ import annotations
@@ -32,11 +38,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from fp8rl.runs.store import CONFIG_FILE, METRICS_FILE
+from fp8rl.runs.store import CONFIG_FILE, METRICS_FILE, PROVENANCE_FILE, STATUS_FILE
 
 __all__ = [
     "ARMS",
@@ -47,11 +54,14 @@ __all__ = [
     "VERL",
     "Check",
     "Tolerance",
+    "agreement_markdown",
+    "agreement_record",
     "compare_runs",
     "failures",
     "layout_noise_floor",
     "tolerance_for",
     "verl_step_weights",
+    "wall_seconds",
 ]
 
 #: The arms the agreement is measured on (tests/verl_ext/test_backend_agreement.py,
@@ -411,3 +421,95 @@ def layout_noise_floor(
     g2, d2, lp2 = update(batched=True)
     worst = max(float((x - y).abs().max()) for x, y in zip(lp1, lp2, strict=True))
     return {"grad_rel": rel(g1, g2), "update_rel": rel(d1, d2), "log_prob_max": worst}
+
+
+def wall_seconds(run_dir: Path) -> float:
+    """A run's own wall time (its status: started to finished), whenever it ran."""
+    status = json.loads((Path(run_dir) / STATUS_FILE).read_text())
+    start, end = (datetime.fromisoformat(status[k]) for k in ("started_at", "finished_at"))
+    return (end - start).total_seconds()
+
+
+def agreement_record(arm: str, tiny: Path, control: Path, verl: Path) -> dict[str, Any]:
+    """One arm of :data:`ARMS` measured from its three full runs (the tiny run, the negative
+    control and the verl run: run directories with their checkpoints and the verl model):
+    the checks, the control's failed checks, the layout noise floor of its recipe, the runs'
+    ids and wall times, and the verl run's day and machine. JSON-ready."""
+    import yaml
+
+    checks = compare_runs(tiny, verl)
+    config = yaml.safe_load((Path(tiny) / CONFIG_FILE).read_text())
+    g = config["granularity"]
+    kwargs = {"block_size": g["block_size"]} if g.get("block_size") else {}
+    dump = json.loads((Path(verl) / "samples" / "step_00000001.json").read_text())
+    floor = layout_noise_floor(Path(verl) / "verl" / "model", dump, g["training"],
+                               config["train"]["lr"], **kwargs)  # fmt: skip
+    prov = json.loads((Path(verl) / PROVENANCE_FILE).read_text())
+    hardware = prov.get("hardware") or {}
+    return {
+        "arm": arm,
+        "overrides": list(ARMS[arm]),
+        "recipe": g["training"],
+        "checks": [asdict(c) for c in checks],
+        "control_failed": [c.name for c in failures(compare_runs(control, verl))],
+        "floor": floor,
+        "runs": {"tiny": Path(tiny).name, "control": Path(control).name, "verl": Path(verl).name},
+        "wall_s": {"tiny": wall_seconds(tiny), "verl": wall_seconds(verl)},
+        "date": str(prov.get("started_at", "?"))[:10],
+        "cpu": hardware.get("cpu_model", "?"),
+        "cores": hardware.get("cpu_count", "?"),
+    }
+
+
+def _joined(values: Iterable[Any]) -> str:
+    return ", ".join(dict.fromkeys(str(v) for v in values))
+
+
+def agreement_markdown(records: Iterable[dict[str, Any]]) -> str:
+    """The agreement report of :func:`agreement_record`'s records (one section per arm)."""
+    records = list(records)
+    if not records:
+        raise ValueError("no agreement records")
+    lines = [
+        "# One method at two scales: the tiny and the verl backend, step 1",
+        "",
+        "Written by `python scripts/verl_agreement.py` and "
+        "`python -m fp8rl.study report verl_agreement` (do not edit by hand) from runs of "
+        f"{_joined(r['date'] for r in records)} on {_joined(r['cpu'] for r in records)} "
+        f"({_joined(r['cores'] for r in records)} cores). Each arm: "
+        f"`python sweep.py {' '.join(COMMON)} <arm>` with `backend=tiny` and with "
+        f"`{' '.join(VERL)}`; the control adds `{' '.join(CONTROL)}` on the tiny side. "
+        "Checks and tolerances: `fp8rl.verl_ext.agreement` (docs/verl_backend.md, "
+        "*One method at two scales*).",
+        "",
+    ]
+    for r in records:
+        checks = [Check(**c) for c in r["checks"]]
+        verdict = "agree" if not failures(checks) else "DISAGREE"
+        floor, wall, runs = r["floor"], r["wall_s"], r["runs"]
+        control = ", ".join(f"`{n}`" for n in r["control_failed"])
+        lines += [
+            f"## `{' '.join(r['overrides'])}`: {verdict}",
+            "",
+            f"tiny run `{runs['tiny']}` {wall['tiny']:.0f} s, verl run `{runs['verl']}` "
+            f"{wall['verl']:.0f} s (wall, as the runs record it); control `{runs['control']}`.",
+            "",
+            "| check | kind | ok | seen |",
+            "|---|---|---|---|",
+            *(
+                f"| {c.name} | {c.kind} | {'yes' if c.ok else '**no**'} | "
+                f"{c.detail.replace('|', chr(92) + '|')} |"
+                for c in checks
+            ),
+            "",
+            f"Negative control (`{' '.join(CONTROL)}` on the tiny side) fails: "
+            + (control or "**nothing (the test fails)**"),
+            "",
+            f"Layout noise floor of `{r['recipe']}` (`layout_noise_floor`: the dumped rows "
+            "through one trainer row by row and as one padded batch, one AdamW step): "
+            f"gradients {floor['grad_rel']:.3g} apart (relative L2), updates "
+            f"{floor['update_rel']:.3g}, log-probs before the update "
+            f"{floor['log_prob_max']:.2g} (max abs).",
+            "",
+        ]
+    return "\n".join(lines)

@@ -30,3 +30,15 @@ def test_export_keeps_the_first_middle_and_last_dump_as_compact_json(tmp_path):
     assert two.written == [run_id]
     kept = sorted(p.name for p in (tmp_path / "two" / "t" / run_id / "samples").iterdir())
     assert kept == ["step_00000001.json", "step_00000005.json"]
+
+
+def test_export_of_named_runs_leaves_the_others(tmp_path):
+    """``run_ids``: one run of a shared experiment (the tiny/verl agreement exports each
+    side of an arm into a folder of its own)."""
+    store = RunStore(tmp_path / "runs")
+    keep = add_run(store, "exp", "BF16", 0)
+    other = add_run(store, "exp", "BF16", 1)
+    summary = export_experiment(store, "exp", tmp_path / "out", run_ids={keep})
+    assert summary.written == [keep]
+    assert (tmp_path / "out" / "exp" / keep).is_dir()
+    assert not (tmp_path / "out" / "exp" / other).exists()

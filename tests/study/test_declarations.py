@@ -18,6 +18,7 @@ MIGRATED = (
     "learning_world",
     "noise_table",
     "regime",
+    "verl_agreement",
     "table2",
     "table2_default",
     "table2_quick",

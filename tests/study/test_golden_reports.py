@@ -27,6 +27,7 @@ def files(root: Path) -> dict[str, bytes]:
         "learning_world",
         "bf16_search",
         "noise_table",
+        "verl_agreement",
         pytest.param("table2_world", marks=SLOW),
         pytest.param("table2_small", marks=SLOW),
         pytest.param("table2_default", marks=SLOW),

@@ -176,3 +176,24 @@ def test_a_missing_reference_run_is_one_line_and_exit_1(tmp_path: Path) -> None:
     assert code == 1 and out == "" and err.count("\n") == 1
     assert "bf16_search/0be94586780039af" in err and "missing" in err
     assert not (tmp_path / "report").exists()
+
+
+def test_a_study_with_a_runner_runs_it_with_the_run_store(tmp_path: Path) -> None:
+    """``Study.options["runner"]``: ``run`` hands the script ``--runs-dir`` instead of
+    running the grids through sweep.py (the tiny/verl agreement's way), then the status."""
+    script = tmp_path / "runner.py"
+    script.write_text(
+        "import sys, pathlib\n"
+        "pathlib.Path(sys.argv[sys.argv.index('--runs-dir') + 1], 'ran').write_text("
+        "' '.join(sys.argv[1:]))\n"
+    )
+    studies = declare(tmp_path)
+    declaration = studies / "throwaway" / "study.py"
+    runner = f"    options={{'runner': ({str(script)!r}, '--x')}},\n    claims="
+    declaration.write_text(declaration.read_text().replace("    claims=", runner))
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    code, out, err = cli("--studies-dir", str(studies), "run", "throwaway", "--runs-dir", str(runs))
+    assert code == 0, err
+    assert (runs / "ran").read_text() == f"--x --runs-dir {runs}"
+    assert "study throwaway: 6 runs (6 start)" in out  # the runner ran none of the grids

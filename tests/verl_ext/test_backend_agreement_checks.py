@@ -69,3 +69,35 @@ def test_a_missing_dump_says_which_option_writes_it(tmp_path: Path) -> None:
     tiny = write_run(tmp_path / "t", [1.0])
     with pytest.raises(FileNotFoundError, match="dump_samples_every"):
         compare_runs(tiny, tmp_path, weights=False)
+
+
+def _record(arm: str, ok: bool, control_failed: list[str]) -> dict:
+    return {
+        "arm": arm, "overrides": ["granularity=bf16"], "recipe": "bf16",
+        "checks": [{"name": "samples: response_ids", "kind": "exact", "ok": ok,
+                    "detail": "16/16 rows equal | none differ"}],
+        "control_failed": control_failed,
+        "floor": {"grad_rel": 0.00123456, "update_rel": 0.5, "log_prob_max": 1.5e-7},
+        "runs": {"tiny": "a" * 16, "control": "b" * 16, "verl": "c" * 16},
+        "wall_s": {"tiny": 1.4, "verl": 160.6}, "date": "2026-12-07", "cpu": "AMD EPYC",
+        "cores": 2,
+    }  # fmt: skip
+
+
+def test_the_report_renders_each_arms_record() -> None:
+    """The agreement report (the verl_agreement study's, regenerated from results/) is a
+    function of the stored records: verdict, checks, the control, the noise floor."""
+    from fp8rl.verl_ext.agreement import agreement_markdown
+
+    text = agreement_markdown([_record("bf16", True, ["samples: response_ids"])])
+    assert "from runs of 2026-12-07 on AMD EPYC (2 cores)" in text
+    assert "## `granularity=bf16`: agree" in text
+    assert f"tiny run `{'a' * 16}` 1 s, verl run `{'c' * 16}` 161 s" in text
+    assert "| samples: response_ids | exact | yes | 16/16 rows equal \\| none differ |" in text
+    assert "fails: `samples: response_ids`" in text
+    assert "gradients 0.00123 apart (relative L2), updates 0.5, log-probs" in text
+    bad = agreement_markdown([_record("bf16", False, [])])
+    assert ": DISAGREE" in bad and "| **no** |" in bad
+    assert "**nothing (the test fails)**" in bad
+    with pytest.raises(ValueError, match="no agreement records"):
+        agreement_markdown([])
