@@ -44,7 +44,8 @@ class ClusterConfig:
         config does not compose with (checked before any run is registered).
     device: ``cuda`` (verl's GPU stack: vLLM rollouts) or ``cpu`` (``cluster=local_cpu``:
         verl's real trainer on this machine's CPU, fp8rl's CPU platform and CPU rollout
-        server, ``fp8rl.verl_ext.cpu``; one trainer process, gloo).
+        server, ``fp8rl.verl_ext.cpu``; ``gpus_per_node`` data-parallel trainer processes,
+        gloo, each with its rollout replica).
     ray_cpus: the CPUs the local Ray started for the run declares (``ray.init(num_cpus)``;
         null: Ray counts them). On CPU it must leave room for verl's actors (the trainer,
         the TransferQueue storage units, the reward and agent-loop workers): ``local_cpu``
@@ -71,10 +72,11 @@ class ClusterConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, "cluster")
-        if self.device == "cpu" and (self.n_gpus != 1 or self.rollout_tp != 1):
+        if self.device == "cpu" and (self.nnodes != 1 or self.rollout_tp != 1):
             raise ConfigError(
-                f"cluster.device=cpu runs one trainer process: nnodes={self.nnodes}, "
-                f"gpus_per_node={self.gpus_per_node}, rollout_tp={self.rollout_tp} must all be 1"
+                f"cluster.device=cpu runs its trainer processes on this machine (one per "
+                f"cluster.gpus_per_node, gloo): nnodes={self.nnodes} and "
+                f"rollout_tp={self.rollout_tp} must be 1"
             )
         if self.gpus_per_node % self.rollout_tp:
             raise ConfigError(

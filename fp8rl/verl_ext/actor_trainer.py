@@ -44,6 +44,7 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from fp8rl.verl_ext.calibrated_actor import BYPASS_KEY, STEP_KEY, Fp8rlActorRolloutRefWorker
+from fp8rl.verl_ext.layout import LAYOUT_KEY, rank_layout
 from fp8rl.verl_ext.trainer_plugin import ENV_VAR, TRAINER_MODE
 
 logger = logging.getLogger(__name__)
@@ -88,11 +89,31 @@ class Fp8rlPPOTrainerSync(PPOTrainerSync):
     def _balance_batch(self, batch: Any, metrics: Any, *args: Any, **kwargs: Any) -> Any:
         order = self.__dict__.get("_fp8rl_prompt_order", {})
         batch.reorder(draw_order(list(batch.keys), order))
-        return super()._balance_batch(batch, metrics, *args, **kwargs)
+        ranks = self._actor_dp_size()
+        if ranks == 1:
+            return super()._balance_batch(batch, metrics, *args, **kwargs)
+        # not verl's token balancing: one rank's mini-batches, whatever the ranks (layout.py)
+        batch.reorder(rank_layout(len(batch.keys), ranks, self._mini_batches()))
+        return batch
+
+    def _actor_dp_size(self) -> int:
+        """The actor's data-parallel ranks, as verl's ``_balance_batch`` reads them."""
+        group = self.actor_rollout_wg
+        if "actor" not in group._dispatch_info:
+            group._dispatch_info["actor"] = group._query_dispatch_info("actor")
+        return max(group._dispatch_info["actor"]) + 1
+
+    def _mini_batches(self) -> int:
+        """The PPO mini-batches of a step (``data.train_batch_size`` prompts over
+        ``actor.ppo_mini_batch_size``)."""
+        prompts = int(self.config.data.train_batch_size)
+        return max(prompts // int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size), 1)
 
     def _update_actor(self, batch: Any, metrics: dict) -> Any:
         correction = self.config.algorithm.get("rollout_correction", None) or {}
         batch.extra_info.update(
             {STEP_KEY: self.global_steps, BYPASS_KEY: bool(correction.get("bypass_mode", False))}
         )
+        if self._actor_dp_size() > 1:
+            batch.extra_info[LAYOUT_KEY] = self._mini_batches()
         return super()._update_actor(batch, metrics)

@@ -50,12 +50,14 @@ __all__ = [
     "CLOSE_METRICS",
     "COMMON",
     "CONTROL",
+    "LAYOUT_AGGREGATES",
     "TOLERANCES",
     "VERL",
     "Check",
     "Tolerance",
     "agreement_markdown",
     "agreement_record",
+    "compare_ranks",
     "compare_runs",
     "failures",
     "layout_noise_floor",
@@ -104,6 +106,9 @@ EXACT_METRICS = ("critic/score/mean", "critic/score/max", "critic/score/min")
 CALIBRATION_EXACT = ("fp8rl/calib/is_calibration_step", "fp8rl/calib/applies_from_step")
 CALIBRATION_BOUNDS = ("fp8rl/calib/new_clip_low", "fp8rl/calib/new_clip_high")
 CLOSE_METRICS = UPDATE_METRICS + SHARE_METRICS + BOUND_METRICS
+#: Metrics that are means over micro-batches and ranks: their values move with the number of
+#: data-parallel ranks even on the same tokens (:func:`compare_ranks`).
+LAYOUT_AGGREGATES = ("actor/ppo_kl", *SHARE_METRICS)
 
 
 @dataclass(frozen=True)
@@ -195,18 +200,31 @@ def _rel(a: float, b: float) -> float:
 
 
 def verl_step_weights(run_dir: Path, step: int) -> dict[str, Any]:
-    """The actor's weights after ``step`` from verl's FSDP checkpoint of a one-rank run
-    (``verl/checkpoints/global_step_<n>/actor/model_world_size_1_rank_0.pt``), HF names."""
+    """The actor's weights after ``step`` from verl's FSDP checkpoint, HF names
+    (``verl/checkpoints/global_step_<n>/actor/model_world_size_<w>_rank_<r>.pt``): one
+    rank's full tensors, or ``w`` ranks' ``Shard(0)`` pieces put back together in rank order
+    (FSDP2 shards every parameter along its first dimension), without a process group."""
     import torch
 
     actor = run_dir / "verl" / "checkpoints" / f"global_step_{step}" / "actor"
     shards = sorted(actor.glob("model_world_size_*_rank_*.pt"))
-    if len(shards) != 1:
-        raise FileNotFoundError(f"{actor}: expected one rank's model shard, found {shards}")
-    state = torch.load(shards[0], map_location="cpu", weights_only=False)
+    if not shards:
+        raise FileNotFoundError(f"{actor}: no model shard")
+    world = int(shards[0].name.split("_")[3])
+    by_rank = {int(s.stem.rsplit("_", 1)[1]): s for s in shards}
+    if sorted(by_rank) != list(range(world)):
+        raise FileNotFoundError(f"{actor}: expected the shards of {world} ranks, found {shards}")
+    states = [torch.load(by_rank[r], map_location="cpu", weights_only=False) for r in range(world)]
     out = {}
-    for name, value in state.items():
-        value = value.full_tensor() if hasattr(value, "full_tensor") else value
+    for name in states[0]:
+        parts = [s[name] for s in states]
+        if world == 1:
+            value = parts[0].full_tensor() if hasattr(parts[0], "full_tensor") else parts[0]
+        else:
+            placements = {str(getattr(v, "placements", None)) for v in parts}
+            if placements != {"(Shard(dim=0),)"}:
+                raise ValueError(f"{actor}: {name} is not sharded along dim 0: {placements}")
+            value = torch.cat([v.to_local() for v in parts], dim=0)
         out[name] = value.detach().float()
     return out
 
@@ -325,20 +343,63 @@ def compare_runs(
     return checks
 
 
+def compare_ranks(
+    one_dir: str | Path,
+    many_dir: str | Path,
+    step: int = 1,
+    tolerance: Tolerance | None = None,
+) -> list[Check]:
+    """Two verl runs of one config, one data-parallel rank against several: the checks of
+    :func:`compare_runs` (samples exact, per-token ratios and clip flags, loss, gradient
+    norm and bounds within the recipe's tolerance), the weights of both from verl's
+    checkpoints (the several ranks' shards put together).
+
+    Not the step's clip shares and KL (:data:`LAYOUT_AGGREGATES`): verl logs them as means
+    over micro-batches, then over ranks, so their values depend on how the tokens are cut
+    into micro-batches (1/W of each mini-batch per rank), not only on the tokens; the
+    token dump's per-token clip flags, which they summarise, are compared instead. The
+    score mean is the same values summed in another order: equal within 1e-6, not
+    bitwise."""
+    one_dir, many_dir = Path(one_dir), Path(many_dir)
+    if tolerance is None:
+        import yaml
+
+        config = yaml.safe_load((one_dir / CONFIG_FILE).read_text())
+        tolerance = tolerance_for(config["granularity"]["training"])
+    checks = []
+    for c in compare_runs(one_dir, many_dir, step, tolerance, weights=False):
+        if c.name in LAYOUT_AGGREGATES:
+            continue
+        if c.name == "critic/score/mean":
+            a, b = (float(v) for v in (_metrics(one_dir, step)[c.name],
+                                        _metrics(many_dir, step)[c.name]))  # fmt: skip
+            c = Check(c.name, "close", _rel(a, b) <= 1e-6, f"{c.detail}, rel {_rel(a, b):.2g}")
+        checks.append(c)
+    one, many = verl_step_weights(one_dir, step), verl_step_weights(many_dir, step)
+    base = verl_step_weights(one_dir, step - 1) if step > 1 else _base_weights(one_dir)
+    checks.append(_weights_apart(one, many, base, tolerance))
+    return checks
+
+
+def _weights_apart(a: dict[str, Any], b: dict[str, Any], base: dict[str, Any],
+                   tol: Tolerance) -> Check:  # fmt: skip
+    """``||a - b|| / ||a - base||`` over every parameter (the step's own change as scale)."""
+    if sorted(a) != sorted(b):
+        missing = sorted(set(a) ^ set(b))[:5]
+        return Check("updated weights", "close", False, f"different tensors: {missing}")
+    num = sum(float((a[k] - b[k]).pow(2).sum()) for k in a) ** 0.5
+    den = sum(float((a[k] - base[k]).pow(2).sum()) for k in a) ** 0.5
+    rel = num / den if den else num
+    seen = f"||diff|| / ||step change|| {rel:.3g} (limit {tol.weight:g})"
+    return Check("updated weights", "close", rel <= tol.weight, seen)
+
+
 def _weight_check(tiny_dir: Path, verl_dir: Path, step: int, tol: Tolerance) -> Check:
     """The updated weights: ``||w_tiny - w_verl|| / ||w_tiny - w_before||`` over every
     parameter (the step's own change as the scale)."""
     tiny = _tiny_step_weights(tiny_dir, step)
-    verl = verl_step_weights(verl_dir, step)
-    if sorted(tiny) != sorted(verl):
-        missing = sorted(set(tiny) ^ set(verl))[:5]
-        return Check("updated weights", "close", False, f"different tensors: {missing}")
     base = _tiny_step_weights(tiny_dir, step - 1) if step > 1 else _base_weights(verl_dir)
-    num = sum(float((tiny[k] - verl[k]).pow(2).sum()) for k in tiny) ** 0.5
-    den = sum(float((tiny[k] - base[k]).pow(2).sum()) for k in tiny) ** 0.5
-    rel = num / den if den else num
-    seen = f"||diff|| / ||step change|| {rel:.3g} (limit {tol.weight:g})"
-    return Check("updated weights", "close", rel <= tol.weight, seen)
+    return _weights_apart(tiny, verl_step_weights(verl_dir, step), base, tol)
 
 
 def _base_weights(verl_dir: Path) -> dict[str, Any]:

@@ -70,6 +70,7 @@ from fp8rl.runs import atomic_write_text
 from fp8rl.verl_ext.dist_calibration import DistributedCalibrator, comm_device
 from fp8rl.verl_ext.fp8_engine import FP8FSDPEngineWithLMHead, engine_recipe
 from fp8rl.verl_ext.hooks import CalibratedClippingConfig
+from fp8rl.verl_ext.layout import LAYOUT_KEY, rank_layout
 from fp8rl.verl_ext.token_dump import DumpSpec, TokenDump
 
 logger = logging.getLogger(__name__)
@@ -329,6 +330,7 @@ class Fp8rlTrainingWorker(TrainingWorker):
     def train_mini_batch(self, data: Any) -> Any:
         step = tu.pop(data, key=STEP_KEY, default=None)
         bypass = bool(tu.pop(data, key=BYPASS_KEY, default=False))
+        self._layout = tu.pop(data, key=LAYOUT_KEY, default=None)  # mini-batches, if laid out
         cal = self.calibration
         spec = self.dump_spec
         dump = TokenDump(spec, step, data, bypass) if spec and spec.wants(step) else None
@@ -373,6 +375,10 @@ class Fp8rlTrainingWorker(TrainingWorker):
             for part in gathered:  # rows numbered across ranks, rank by rank
                 rows += [{**r, "row": r["row"] + offset} for r in part]
                 offset += len(part)
+            layout = getattr(self, "_layout", None)
+            if layout is not None:  # the trainer's layout (fp8rl.verl_ext.layout): draw order
+                draw = rank_layout(len(rows), len(gathered), int(layout))
+                rows = sorted(({**r, "row": draw[r["row"]]} for r in rows), key=lambda r: r["row"])
         if rank != 0:
             return
         if self._tokenizer is None:

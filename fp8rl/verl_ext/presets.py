@@ -92,6 +92,8 @@ TINY_SLOT_KEY = "fp8rl_slot"
 TINY_ROWS_KEY = "fp8rl_rows"
 #: ``actor_rollout_ref.rollout.name`` of fp8rl's CPU rollout (fp8rl.verl_ext.cpu).
 CPU_ROLLOUT_NAME = "fp8rl_cpu"
+#: verl's router plugin file for it (``rollout.router_config_path``; fp8rl.verl_ext.router).
+CPU_ROUTER_CONFIG = Path(__file__).with_name("router.yaml")
 
 
 def is_tiny(preset: str) -> bool:

@@ -58,6 +58,7 @@ from fp8rl.numerics.registry import recipe_decl
 from fp8rl.rl.verl_registry import VERL_LOSS_NAMES
 from fp8rl.verl_ext.cpu import ROLLOUT_NAME as CPU_ROLLOUT
 from fp8rl.verl_ext.presets import (
+    CPU_ROUTER_CONFIG,
     TINY_AGENT_LOOP,
     TINY_AGENT_LOOPS,
     TINY_FAMILIES,
@@ -624,6 +625,8 @@ def _cpu(
     o.set(f"{act}.use_torch_compile", False)
     o.set(f"{act}.fsdp_config.use_torch_compile", False)
     o.set("actor_rollout_ref.rollout.agent.num_workers", 1)
+    # a seeded batch's rows to one rollout server, whatever the replicas (verl_ext.router)
+    o.set("actor_rollout_ref.rollout.router_config_path", str(CPU_ROUTER_CONFIG))
     o.set("data.dataloader_num_workers", 0)  # no loader processes beside the Ray actors
     if cluster.ray_cpus is not None:
         o.set("ray_kwargs.ray_init.num_cpus", cluster.ray_cpus)
@@ -636,7 +639,7 @@ def _cpu(
     _fp8rl_trainer(o, workers_env)  # the batch in draw order (fp8rl.verl_ext.actor_trainer)
     notes.append(
         "on CPU: fp8rl's CPU platform and CPU rollout server (fp8rl.verl_ext.cpu, "
-        f"rollout.name={CPU_ROLLOUT}), one trainer process (gloo), a local Ray"
+        f"rollout.name={CPU_ROLLOUT}), {cluster.n_gpus} trainer process(es) (gloo), a local Ray"
     )
 
 

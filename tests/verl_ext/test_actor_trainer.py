@@ -69,6 +69,7 @@ def test_the_update_batch_carries_verl_s_step_and_the_old_log_prob_source(
     from verl.utils import tensordict_utils as tu
 
     from fp8rl.verl_ext.calibrated_actor import BYPASS_KEY, STEP_KEY
+    from fp8rl.verl_ext.layout import LAYOUT_KEY
 
     trainer = _trainer(
         trainer_module, f"algorithm.rollout_correction.bypass_mode={str(bypass).lower()}"
@@ -81,10 +82,12 @@ def test_the_update_batch_carries_verl_s_step_and_the_old_log_prob_source(
         metrics = {"mfu": [0.5], "fp8rl/calib/new_clip_low": [0.9], "actor/pg_loss": [0.1]}
         return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": metrics})
 
-    trainer.actor_rollout_wg = SimpleNamespace(update_actor=update_actor)
+    trainer.actor_rollout_wg = SimpleNamespace(update_actor=update_actor,
+                                               _dispatch_info={"actor": [0]})  # fmt: skip
     metrics: dict = {}
     trainer._update_actor(SimpleNamespace(extra_info={}), metrics)
     assert (seen[STEP_KEY], seen[BYPASS_KEY]) == (7, bypass)
+    assert LAYOUT_KEY not in seen  # one rank: verl's own batch
     assert seen["epochs"] == 1  # verl's own extra_info still arrives
     # verl's V1 trainer prefixes the actor's metrics with actor/ (ingestion maps them back)
     assert metrics["actor/fp8rl/calib/new_clip_low"] == pytest.approx(0.9)
@@ -119,6 +122,7 @@ def test_the_batch_goes_back_to_draw_order_before_verl_balances_it(trainer_modul
         "b_0_0", "b_0_1", "b_1_0", "a_0_0", "a_1_0", "x"]  # fmt: skip
 
     trainer = _trainer(trainer_module)
+    trainer.actor_rollout_wg = SimpleNamespace(_dispatch_info={"actor": [0]})
     submitted = []
     base = trainer_module.PPOTrainerSync
     real_submit, real_balance = base._submit_batch_to_rollout, base._balance_batch
@@ -132,3 +136,31 @@ def test_the_batch_goes_back_to_draw_order_before_verl_balances_it(trainer_modul
     finally:
         base._submit_batch_to_rollout, base._balance_batch = real_submit, real_balance
     assert out.keys == ["b_0_0", "b_0_1", "b_1_0", "a_0_0", "a_1_0", "x"] and submitted
+
+
+def test_with_two_ranks_the_batch_is_laid_out_as_one_ranks_mini_batches(trainer_module) -> None:
+    """Not verl's token balancing: rank r's m-th mini-batch is the r-th half of one rank's
+    m-th mini-batch (fp8rl.verl_ext.layout), and the actor is told so (for the dump)."""
+    from verl.utils import tensordict_utils as tu
+
+    from fp8rl.verl_ext.layout import LAYOUT_KEY
+
+    trainer = _trainer(trainer_module, "data.train_batch_size=4",
+                       "actor_rollout_ref.actor.ppo_mini_batch_size=2")  # fmt: skip
+    seen = {}
+
+    def update_actor(batch):
+        seen.update(batch.extra_info)
+        return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": {"mfu": [0.5]}})
+
+    trainer.actor_rollout_wg = SimpleNamespace(update_actor=update_actor,
+                                               _dispatch_info={"actor": [0, 0, 1, 1]})  # fmt: skip
+    trainer.__dict__["_fp8rl_prompt_order"] = {p: i for i, p in enumerate("abcd")}
+    keys = [f"{p}_{s}_0" for p in "dcba" for s in (1, 0)]  # finished in reverse
+    meta = SimpleNamespace(keys=list(keys))
+    meta.reorder = lambda idx: setattr(meta, "keys", [meta.keys[i] for i in idx])
+    out = trainer._balance_batch(meta, {})
+    assert out.keys == ["a_0_0", "a_1_0", "c_0_0", "c_1_0", "b_0_0", "b_1_0", "d_0_0", "d_1_0"]
+    trainer.global_steps = 1
+    trainer._update_actor(SimpleNamespace(extra_info={}), {})
+    assert seen[LAYOUT_KEY] == 2

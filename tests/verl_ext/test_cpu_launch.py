@@ -80,6 +80,10 @@ def test_a_tiny_model_on_the_cpu_translates_to_fp8rls_cpu_platform_and_rollout()
     assert ov["actor_rollout_ref.actor.fsdp_config.fp8rl_emulate"] == "true"
     assert ov["transfer_queue.backend.SimpleStorage.num_data_storage_units"] == "1"
     assert ov["ray_kwargs.ray_init.num_gpus"] == "1"
+    assert ov["actor_rollout_ref.rollout.router_config_path"].endswith("fp8rl/verl_ext/router.yaml")
+    (_, two), *_ = launches("test", *CPU, "cluster.gpus_per_node=2")
+    two_ov = dict(o.lstrip("+").split("=", 1) for o in two.overrides)
+    assert (two_ov["trainer.n_gpus_per_node"], two_ov["ray_kwargs.ray_init.num_gpus"]) == ("2", "2")
     assert launch.env["VERL_PLATFORM"] == "cpu"
     assert launch.env["VERL_USE_EXTERNAL_MODULES"] == "fp8rl.verl_ext.cpu"
     assert ov["ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM"] == "cpu"
@@ -119,9 +123,11 @@ def test_a_tiny_model_takes_the_tiny_scale_on_verl() -> None:
             resolve_run(compose(["+experiment=test", "backend=verl", *CPU, "scale=verl_test"]))
 
 
-def test_the_cpu_cluster_is_one_process() -> None:
-    with pytest.raises(ConfigError, match="one trainer process"):
-        ClusterConfig(device="cpu", gpus_per_node=2)
+def test_the_cpu_cluster_is_one_node_of_single_process_replicas() -> None:
+    assert ClusterConfig(device="cpu", gpus_per_node=2).n_gpus == 2  # two gloo ranks
+    for bad in ({"nnodes": 2, "gpus_per_node": 1}, {"gpus_per_node": 2, "rollout_tp": 2}):
+        with pytest.raises(ConfigError, match="must be 1"):
+            ClusterConfig(device="cpu", **bad)
 
 
 def test_stop_session_leaves_no_process_of_verls_session() -> None:
