@@ -63,3 +63,15 @@ def test_the_backend_imports_on_cpu_without_vllm_and_without_another_room() -> N
 
 def test_library_code_never_prints_or_reads_argv() -> None:
     assert_no_print_or_argv(PACKAGE)
+
+
+def test_no_test_skips_itself_when_verl_is_missing() -> None:
+    """verl is pinned: a test that needs it fails without it (a broken install), never
+    skips (issue 49 part 6)."""
+    tests = sorted((REPO / "tests").rglob("test_*.py"))
+    assert len(tests) > 50
+    skip = "importorskip("
+    for path in tests:
+        text = path.read_text().replace("'", '"')
+        for target in ('"verl', '"fp8rl.verl_ext'):
+            assert skip + target not in text, f"{path} skips when {target[1:]} is missing"
