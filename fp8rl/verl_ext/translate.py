@@ -249,6 +249,20 @@ class _Overrides:
         return tuple(prefix + format_override(key, value) for prefix, key, value in self.items)
 
 
+def placement(cluster: ClusterConfig) -> str:
+    """Where a run's processes go, in one line (``--dry-run`` prints it): nodes, devices per
+    node, the trainer's data-parallel ranks and the rollout's replicas and their
+    tensor-parallel size."""
+    device = "GPU(s)" if cluster.device == "cuda" else "CPU process(es)"
+    replicas = cluster.n_gpus // cluster.rollout_tp
+    where = "an existing Ray cluster" if cluster.ray_address else "a Ray started for the run"
+    return (
+        f"placement: {cluster.nnodes} node(s) x {cluster.gpus_per_node} {device} = "
+        f"{cluster.n_gpus} FSDP trainer rank(s); {replicas} rollout replica(s) of "
+        f"tensor-parallel size {cluster.rollout_tp}; on {where}"
+    )
+
+
 def translate(
     cfg: RunConfig,
     cluster: ClusterConfig,
@@ -266,6 +280,7 @@ def translate(
     hooks: list[str] = []
     notes: list[str] = []
     workers_env: dict[str, str] = {}  # the driver's and every Ray worker's
+    notes.append(placement(cluster))
     _trainer(o, cfg, cluster, files, experiment, run_id, export_hf)
     _data(o, cfg, files)
     _model(o, cfg, cluster, files)

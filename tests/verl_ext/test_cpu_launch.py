@@ -123,6 +123,18 @@ def test_a_tiny_model_takes_the_tiny_scale_on_verl() -> None:
             resolve_run(compose(["+experiment=test", "backend=verl", *CPU, "scale=verl_test"]))
 
 
+def test_the_placement_line_names_nodes_ranks_and_replicas() -> None:
+    from fp8rl.verl_ext.translate import placement
+
+    gpu = ClusterConfig(nnodes=4, gpus_per_node=8, rollout_tp=2, ray_address="auto")
+    assert placement(gpu) == (
+        "placement: 4 node(s) x 8 GPU(s) = 32 FSDP trainer rank(s); 16 rollout replica(s) of "
+        "tensor-parallel size 2; on an existing Ray cluster"
+    )
+    (_, launch), *_ = launches("test", *CPU, "cluster.gpus_per_node=2")
+    assert "placement: 1 node(s) x 2 CPU process(es) = 2 FSDP trainer rank(s)" in launch.notes[0]
+
+
 def test_the_cpu_cluster_is_one_node_of_single_process_replicas() -> None:
     assert ClusterConfig(device="cpu", gpus_per_node=2).n_gpus == 2  # two gloo ranks
     for bad in ({"nnodes": 2, "gpus_per_node": 1}, {"gpus_per_node": 2, "rollout_tp": 2}):
