@@ -105,7 +105,8 @@ def test_asymmetry_test_of_no_runs_and_of_ties_only():
     assert out["ties"] == 2 and math.isnan(out["sign_p"]) and math.isnan(out["t_p"])
 
 
-def test_regime_frame_and_verdicts_from_a_store(tmp_path):
+def _two_seed_store(tmp_path) -> RunStore:
+    """Blockwise FP8 plain (gap 0.03) and with CC (gap 0.01), seeds 0 and 1, eps 0.05."""
     store = RunStore(tmp_path / "runs")
     extra = {"algorithm.eps_low": 0.05, "train.old_logprob_source": "trainer"}
     for seed in (0, 1):
@@ -113,6 +114,11 @@ def test_regime_frame_and_verdicts_from_a_store(tmp_path):
         add_run(
             store, "regime", "Blockwise FP8 + CC", seed, curve=_shadow(0.01, 0.0), steps=12, **extra
         )
+    return store
+
+
+def test_regime_frame_and_verdicts_from_a_store(tmp_path):
+    store = _two_seed_store(tmp_path)
     frame = regime_frame(store, "regime", period=5)
     assert len(frame) == 4 and set(frame["clipping"]) == {"standard", "calibrated"}
     std = frame[frame["clipping"] == "standard"].iloc[0]
@@ -210,13 +216,7 @@ def test_the_regime_study_reports_the_script_tables_from_a_store(tmp_path):
     from fp8rl.analysis.regime import regime_markdown
     from fp8rl.study.cli import main
 
-    store = RunStore(tmp_path / "runs")
-    extra = {"algorithm.eps_low": 0.05, "train.old_logprob_source": "trainer"}
-    for seed in (0, 1):
-        add_run(store, "regime", "Blockwise FP8", seed, curve=_shadow(0.03, 0.0), steps=12, **extra)
-        add_run(
-            store, "regime", "Blockwise FP8 + CC", seed, curve=_shadow(0.01, 0.0), steps=12, **extra
-        )
+    store = _two_seed_store(tmp_path)
     out, err = io.StringIO(), io.StringIO()
     code = main(["report", "regime", "--source", str(tmp_path / "runs"),
                  "--out", str(tmp_path / "report")], out, err)  # fmt: skip

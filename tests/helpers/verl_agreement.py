@@ -1,11 +1,23 @@
-"""The backend-agreement assertions shared by tests/verl_ext/test_backend_agreement.py and the
-verl-on-CPU CI arm (tests/verl_ext/test_cpu_e2e.py)."""
+"""The backend-agreement assertions shared by tests/verl_ext/test_backend_agreement.py, the
+verl-on-CPU CI arm (tests/verl_ext/test_cpu_e2e.py) and the two-rank test
+(tests/verl_ext/test_two_ranks.py), and their one-run helper."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from fp8rl.verl_ext.agreement import compare_runs, failures
+
+
+def run_dir(tmp_path: Path, name: str, *overrides: str) -> Path:
+    """One ``sweep.py`` run into the store ``tmp_path/name``; its run directory."""
+    from sweep_cli import sweep
+
+    runs = tmp_path / name
+    out = sweep(tmp_path, *overrides, f"runs_dir={runs}", timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (found,) = (runs / "test").glob("[0-9a-f]" * 16)
+    return found
 
 
 def assert_agree(tiny: Path, verl: Path) -> None:

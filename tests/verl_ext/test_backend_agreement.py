@@ -18,18 +18,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sweep_cli import sweep
-from verl_agreement import assert_agree, assert_control_fails
+from verl_agreement import assert_agree, assert_control_fails, run_dir
 
 from fp8rl.verl_ext.agreement import ARMS, COMMON, CONTROL, VERL
-
-
-def run_dir(tmp_path: Path, name: str, *overrides: str) -> Path:
-    runs = tmp_path / name
-    out = sweep(tmp_path, *overrides, f"runs_dir={runs}", timeout=900)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    (found,) = (runs / "test").glob("[0-9a-f]" * 16)
-    return found
 
 
 @pytest.mark.slow

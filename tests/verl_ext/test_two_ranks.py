@@ -14,19 +14,11 @@ import json
 from pathlib import Path
 
 import pytest
-from sweep_cli import sweep
+from verl_agreement import run_dir
 
 from fp8rl.verl_ext.agreement import ARMS, COMMON, VERL, compare_ranks, failures
 
 TWO = ("cluster.gpus_per_node=2",)
-
-
-def run_dir(tmp_path: Path, name: str, *overrides: str) -> Path:
-    runs = tmp_path / name
-    out = sweep(tmp_path, *overrides, f"runs_dir={runs}", timeout=900)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    (found,) = (runs / "test").glob("[0-9a-f]" * 16)
-    return found
 
 
 @pytest.mark.slow
