@@ -72,11 +72,15 @@ class ClusterConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, "cluster")
-        if self.device == "cpu" and (self.nnodes != 1 or self.rollout_tp != 1):
+        if self.device == "cpu" and self.rollout_tp != 1:
             raise ConfigError(
-                f"cluster.device=cpu runs its trainer processes on this machine (one per "
-                f"cluster.gpus_per_node, gloo): nnodes={self.nnodes} and "
+                f"cluster.device=cpu: each trainer process has its own CPU rollout replica, "
                 f"rollout_tp={self.rollout_tp} must be 1"
+            )
+        if self.device == "cpu" and self.nnodes != 1 and not self.ray_address:
+            raise ConfigError(
+                f"cluster.device=cpu with nnodes={self.nnodes}: a Ray started for the run is "
+                "one node; give the Ray cluster of those nodes (cluster.ray_address)"
             )
         if self.gpus_per_node % self.rollout_tp:
             raise ConfigError(

@@ -643,9 +643,12 @@ def _cpu(
     # a seeded batch's rows to one rollout server, whatever the replicas (verl_ext.router)
     o.set("actor_rollout_ref.rollout.router_config_path", str(CPU_ROUTER_CONFIG))
     o.set("data.dataloader_num_workers", 0)  # no loader processes beside the Ray actors
-    if cluster.ray_cpus is not None:
-        o.set("ray_kwargs.ray_init.num_cpus", cluster.ray_cpus)
-    o.add("ray_kwargs.ray_init.num_gpus", cluster.gpus_per_node)  # verl's pools ask for "GPU"
+    if cluster.ray_address is None:  # a Ray started for the run: its resources
+        # a new local Ray even when another runs on this machine (ray.init() would join it)
+        o.add("ray_kwargs.ray_init.address", "local")
+        if cluster.ray_cpus is not None:
+            o.set("ray_kwargs.ray_init.num_cpus", cluster.ray_cpus)
+        o.add("ray_kwargs.ray_init.num_gpus", cluster.gpus_per_node)  # verl's pools ask for GPUs
     if cluster.storage_units is not None:
         o.set("transfer_queue.backend.SimpleStorage.num_data_storage_units", cluster.storage_units)
     if cluster.reward_workers is not None:

@@ -80,6 +80,7 @@ def test_a_tiny_model_on_the_cpu_translates_to_fp8rls_cpu_platform_and_rollout()
     assert ov["actor_rollout_ref.actor.fsdp_config.fp8rl_emulate"] == "true"
     assert ov["transfer_queue.backend.SimpleStorage.num_data_storage_units"] == "1"
     assert ov["ray_kwargs.ray_init.num_gpus"] == "1"
+    assert ov["ray_kwargs.ray_init.address"] == "local"  # never joins another Ray here
     assert ov["actor_rollout_ref.rollout.router_config_path"].endswith("fp8rl/verl_ext/router.yaml")
     (_, two), *_ = launches("test", *CPU, "cluster.gpus_per_node=2")
     two_ov = dict(o.lstrip("+").split("=", 1) for o in two.overrides)
@@ -133,13 +134,21 @@ def test_the_placement_line_names_nodes_ranks_and_replicas() -> None:
     )
     (_, launch), *_ = launches("test", *CPU, "cluster.gpus_per_node=2")
     assert "placement: 1 node(s) x 2 CPU process(es) = 2 FSDP trainer rank(s)" in launch.notes[0]
+    nodes = ("cluster.nnodes=2", "cluster.gpus_per_node=1", "cluster.ray_address=auto")
+    (_, joined), *_ = launches("test", *CPU, *nodes)  # two nodes of an existing Ray cluster
+    ov = dict(o.lstrip("+").split("=", 1) for o in joined.overrides)
+    assert (ov["trainer.nnodes"], ov["trainer.n_gpus_per_node"]) == ("2", "1")
+    assert not {"ray_kwargs.ray_init.num_gpus", "ray_kwargs.ray_init.address"} & set(ov)
+    assert joined.env["RAY_ADDRESS"] == "auto"
 
 
 def test_the_cpu_cluster_is_one_node_of_single_process_replicas() -> None:
     assert ClusterConfig(device="cpu", gpus_per_node=2).n_gpus == 2  # two gloo ranks
-    for bad in ({"nnodes": 2, "gpus_per_node": 1}, {"gpus_per_node": 2, "rollout_tp": 2}):
-        with pytest.raises(ConfigError, match="must be 1"):
-            ClusterConfig(device="cpu", **bad)
+    with pytest.raises(ConfigError, match="rollout_tp=2 must be 1"):
+        ClusterConfig(device="cpu", gpus_per_node=2, rollout_tp=2)
+    with pytest.raises(ConfigError, match="give the Ray cluster of those nodes"):
+        ClusterConfig(device="cpu", nnodes=2, gpus_per_node=1)
+    assert ClusterConfig(device="cpu", nnodes=2, gpus_per_node=1, ray_address="auto").n_gpus == 2
 
 
 def test_stop_session_leaves_no_process_of_verls_session() -> None:
