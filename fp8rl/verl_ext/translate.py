@@ -295,6 +295,8 @@ def translate(
         _tiny_agent_loop(o, cfg)
     if cluster.device == "cpu":
         _cpu(o, cluster, workers_env, notes)
+    if cluster.ray_address:  # a Ray the run did not start: its workers lack the driver's env
+        workers_env["VERL_FILE_LOGGER_PATH"] = str(files.file_logger)
     for name, value in sorted(workers_env.items()):
         o.add(f"{RAY_ENV}.{name}", value)
     overrides = (*o.render(), *cluster.extra_overrides)

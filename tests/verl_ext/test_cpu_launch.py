@@ -140,6 +140,10 @@ def test_the_placement_line_names_nodes_ranks_and_replicas() -> None:
     assert (ov["trainer.nnodes"], ov["trainer.n_gpus_per_node"]) == ("2", "1")
     assert not {"ray_kwargs.ray_init.num_gpus", "ray_kwargs.ray_init.address"} & set(ov)
     assert joined.env["RAY_ADDRESS"] == "auto"
+    # verl's file logger runs in a Ray actor: on a joined cluster its path travels in the job
+    assert ov["ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"].endswith(
+        "/verl/file_logger.jsonl"
+    )
 
 
 def test_the_cpu_cluster_is_one_node_of_single_process_replicas() -> None:
