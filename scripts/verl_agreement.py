@@ -28,8 +28,6 @@ sys.path.insert(0, str(ROOT))
 
 from fp8rl.verl_ext.agreement import ARMS, COMMON, CONTROL, VERL  # noqa: E402
 
-RECORD = "agreement.json"
-
 
 def run(runs: Path, *overrides: str) -> Path:
     """One run of ``sweep.py`` into the store ``runs`` (skipped when done); its directory."""
@@ -61,7 +59,12 @@ def main() -> None:
 
     from fp8rl.analysis.export import export_experiment
     from fp8rl.runs import atomic_write_text
-    from fp8rl.verl_ext.agreement import agreement_markdown, agreement_record
+    from fp8rl.verl_ext.agreement import (
+        RECORD_FILE,
+        agreement_markdown,
+        agreement_record,
+        read_records,
+    )
 
     sides = {"tiny": (), "control": CONTROL, "verl": VERL}
     for arm in args.arms:
@@ -71,9 +74,8 @@ def main() -> None:
             export_experiment(args.runs_dir, "test", args.results / arm / side,
                               run_ids={path.name})  # fmt: skip
         record = agreement_record(arm, dirs["tiny"], dirs["control"], dirs["verl"])
-        atomic_write_text(args.results / arm / RECORD, json.dumps(record, indent=1) + "\n")
-    recorded = [args.results / arm / RECORD for arm in ARMS]  # every arm measured so far
-    text = agreement_markdown(json.loads(p.read_text()) for p in recorded if p.is_file())
+        atomic_write_text(args.results / arm / RECORD_FILE, json.dumps(record, indent=1) + "\n")
+    text = agreement_markdown(read_records(args.results))  # every arm measured so far
     if args.out == "-":
         sys.stdout.write(text)
     else:

@@ -442,11 +442,10 @@ def write_verl_agreement(study: Study, source: Path, out: Path, protocol: Protoc
     arm's record, ``<source>/verl_agreement/<arm>/agreement.json`` (written by
     ``scripts/verl_agreement.py`` from the full runs, whose checkpoints the results do not
     keep), in :data:`~fp8rl.verl_ext.agreement.ARMS` order, into ``<out>/README.md``."""
-    from fp8rl.verl_ext.agreement import ARMS, agreement_markdown
+    from fp8rl.verl_ext.agreement import agreement_markdown, read_records
 
     root = source / "verl_agreement"
-    paths = [root / arm / "agreement.json" for arm in ARMS]
-    records = [json.loads(p.read_text()) for p in paths if p.is_file()]
+    records = read_records(root)
     if not records:
         raise FileNotFoundError(f"no agreement records under {root}: run the study first")
     text = agreement_markdown(records)

@@ -39,11 +39,16 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from fp8rl.runs.store import CONFIG_FILE, METRICS_FILE, PROVENANCE_FILE, STATUS_FILE
+from fp8rl.runs.store import (
+    CONFIG_FILE,
+    METRICS_FILE,
+    PROVENANCE_FILE,
+    STATUS_FILE,
+    attempt_seconds,
+)
 
 __all__ = [
     "ARMS",
@@ -51,6 +56,8 @@ __all__ = [
     "COMMON",
     "CONTROL",
     "LAYOUT_AGGREGATES",
+    "RECORD_FILE",
+    "SUM_ORDER_METRICS",
     "TOLERANCES",
     "VERL",
     "Check",
@@ -61,9 +68,9 @@ __all__ = [
     "compare_runs",
     "failures",
     "layout_noise_floor",
+    "read_records",
     "tolerance_for",
     "verl_step_weights",
-    "wall_seconds",
 ]
 
 #: The arms the agreement is measured on (tests/verl_ext/test_backend_agreement.py,
@@ -109,6 +116,9 @@ CLOSE_METRICS = UPDATE_METRICS + SHARE_METRICS + BOUND_METRICS
 #: Metrics that are means over micro-batches and ranks: their values move with the number of
 #: data-parallel ranks even on the same tokens (:func:`compare_ranks`).
 LAYOUT_AGGREGATES = ("actor/ppo_kl", *SHARE_METRICS)
+#: Means of the same values summed in another order across ranks: equal within 1e-6, not
+#: bitwise (:func:`compare_ranks`).
+SUM_ORDER_METRICS = ("critic/score/mean",)
 
 
 @dataclass(frozen=True)
@@ -280,7 +290,11 @@ def _sample_checks(tiny: dict[str, Any], verl: dict[str, Any], tol: Tolerance) -
     return checks
 
 
-def _metric_checks(tm: dict[str, Any], vm: dict[str, Any], tol: Tolerance) -> list[Check]:
+def _metric_checks(
+    tm: dict[str, Any], vm: dict[str, Any], tol: Tolerance, across_ranks: bool = False
+) -> list[Check]:
+    """The step's metrics compared; ``across_ranks`` (:func:`compare_ranks`): without
+    :data:`LAYOUT_AGGREGATES`, and :data:`SUM_ORDER_METRICS` within 1e-6 (relative)."""
     checks = []
 
     def pair(name: str) -> tuple[float, float] | None:
@@ -292,12 +306,16 @@ def _metric_checks(tm: dict[str, Any], vm: dict[str, Any], tol: Tolerance) -> li
 
     for name in EXACT_METRICS + (CALIBRATION_EXACT if "fp8rl/calib/n_tokens" in tm else ()):
         if (values := pair(name)) is not None:
-            checks.append(
-                Check(name, "exact", values[0] == values[1], f"tiny {values[0]}, verl {values[1]}")
-            )
+            seen = f"tiny {values[0]}, verl {values[1]}"
+            if across_ranks and name in SUM_ORDER_METRICS:
+                rel = _rel(*values)
+                checks.append(Check(name, "close", rel <= 1e-6, f"{seen}, rel {rel:.2g}"))
+            else:
+                checks.append(Check(name, "exact", values[0] == values[1], seen))
+    skipped = LAYOUT_AGGREGATES if across_ranks else ()
     calibrated = CALIBRATION_BOUNDS if tm.get("fp8rl/calib/is_calibration_step") else ()
     for name in UPDATE_METRICS + calibrated:
-        if (values := pair(name)) is not None:
+        if name not in skipped and (values := pair(name)) is not None:
             rel, diff = _rel(*values), abs(values[0] - values[1])
             ok = rel <= tol.update_rel or diff <= tol.update_abs
             seen = (
@@ -306,7 +324,7 @@ def _metric_checks(tm: dict[str, Any], vm: dict[str, Any], tol: Tolerance) -> li
             )
             checks.append(Check(name, "close", ok, seen))
     for name in SHARE_METRICS:
-        if (values := pair(name)) is not None:
+        if name not in skipped and (values := pair(name)) is not None:
             diff = abs(values[0] - values[1])
             seen = (
                 f"tiny {values[0]:.6g}, verl {values[1]:.6g}, |diff| {diff:.3g} (<= {tol.share:g})"
@@ -320,24 +338,29 @@ def _metric_checks(tm: dict[str, Any], vm: dict[str, Any], tol: Tolerance) -> li
     return checks
 
 
+def _run_tolerance(run_dir: Path) -> Tolerance:
+    """The tolerance of the run's training recipe (:func:`tolerance_for`)."""
+    import yaml
+
+    config = yaml.safe_load((run_dir / CONFIG_FILE).read_text())
+    return tolerance_for(config["granularity"]["training"])
+
+
 def compare_runs(
     tiny_dir: str | Path,
     verl_dir: str | Path,
     step: int = 1,
     tolerance: Tolerance | None = None,
     weights: bool = True,
+    across_ranks: bool = False,
 ) -> list[Check]:
     """Every check of the module docstring for ``step`` of the two runs (``tolerance``: the
-    tiny run's training recipe's, :func:`tolerance_for`, by default)."""
+    tiny run's training recipe's, :func:`tolerance_for`, by default; ``across_ranks``: two
+    verl runs of different rank counts, :func:`compare_ranks`)."""
     tiny_dir, verl_dir = Path(tiny_dir), Path(verl_dir)
-    if tolerance is None:
-        import yaml
-
-        config = yaml.safe_load((tiny_dir / CONFIG_FILE).read_text())
-        tolerance = tolerance_for(config["granularity"]["training"])
-    tol = tolerance
+    tol = tolerance or _run_tolerance(tiny_dir)
     checks = _sample_checks(_dump(tiny_dir, step), _dump(verl_dir, step), tol)
-    checks += _metric_checks(_metrics(tiny_dir, step), _metrics(verl_dir, step), tol)
+    checks += _metric_checks(_metrics(tiny_dir, step), _metrics(verl_dir, step), tol, across_ranks)
     if weights:
         checks.append(_weight_check(tiny_dir, verl_dir, step, tol))
     return checks
@@ -361,20 +384,8 @@ def compare_ranks(
     score mean is the same values summed in another order: equal within 1e-6, not
     bitwise."""
     one_dir, many_dir = Path(one_dir), Path(many_dir)
-    if tolerance is None:
-        import yaml
-
-        config = yaml.safe_load((one_dir / CONFIG_FILE).read_text())
-        tolerance = tolerance_for(config["granularity"]["training"])
-    checks = []
-    for c in compare_runs(one_dir, many_dir, step, tolerance, weights=False):
-        if c.name in LAYOUT_AGGREGATES:
-            continue
-        if c.name == "critic/score/mean":
-            a, b = (float(v) for v in (_metrics(one_dir, step)[c.name],
-                                        _metrics(many_dir, step)[c.name]))  # fmt: skip
-            c = Check(c.name, "close", _rel(a, b) <= 1e-6, f"{c.detail}, rel {_rel(a, b):.2g}")
-        checks.append(c)
+    tolerance = tolerance or _run_tolerance(one_dir)
+    checks = compare_runs(one_dir, many_dir, step, tolerance, weights=False, across_ranks=True)
     one, many = verl_step_weights(one_dir, step), verl_step_weights(many_dir, step)
     base = verl_step_weights(one_dir, step - 1) if step > 1 else _base_weights(one_dir)
     checks.append(_weights_apart(one, many, base, tolerance))
@@ -484,11 +495,20 @@ def layout_noise_floor(
     return {"grad_rel": rel(g1, g2), "update_rel": rel(d1, d2), "log_prob_max": worst}
 
 
-def wall_seconds(run_dir: Path) -> float:
-    """A run's own wall time (its status: started to finished), whenever it ran."""
-    status = json.loads((Path(run_dir) / STATUS_FILE).read_text())
-    start, end = (datetime.fromisoformat(status[k]) for k in ("started_at", "finished_at"))
-    return (end - start).total_seconds()
+#: An arm's record beside its compact results (``<results>/<arm>/agreement.json``).
+RECORD_FILE = "agreement.json"
+
+
+def _wall_seconds(run_dir: Path) -> float | None:
+    """A run's own wall time, as its status records it (:func:`attempt_seconds`)."""
+    return attempt_seconds(json.loads((Path(run_dir) / STATUS_FILE).read_text()))
+
+
+def read_records(root: Path) -> list[dict[str, Any]]:
+    """The records of the arms measured so far under ``root`` (``<root>/<arm>/``
+    :data:`RECORD_FILE`), in :data:`ARMS` order."""
+    paths = [Path(root) / arm / RECORD_FILE for arm in ARMS]
+    return [json.loads(p.read_text()) for p in paths if p.is_file()]
 
 
 def agreement_record(arm: str, tiny: Path, control: Path, verl: Path) -> dict[str, Any]:
@@ -515,7 +535,7 @@ def agreement_record(arm: str, tiny: Path, control: Path, verl: Path) -> dict[st
         "control_failed": [c.name for c in failures(compare_runs(control, verl))],
         "floor": floor,
         "runs": {"tiny": Path(tiny).name, "control": Path(control).name, "verl": Path(verl).name},
-        "wall_s": {"tiny": wall_seconds(tiny), "verl": wall_seconds(verl)},
+        "wall_s": {"tiny": _wall_seconds(tiny), "verl": _wall_seconds(verl)},
         "date": str(prov.get("started_at", "?"))[:10],
         "cpu": hardware.get("cpu_model", "?"),
         "cores": hardware.get("cpu_count", "?"),
