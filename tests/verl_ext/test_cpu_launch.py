@@ -153,6 +153,9 @@ def test_the_cpu_cluster_is_one_node_of_single_process_replicas() -> None:
     with pytest.raises(ConfigError, match="give the Ray cluster of those nodes"):
         ClusterConfig(device="cpu", nnodes=2, gpus_per_node=1)
     assert ClusterConfig(device="cpu", nnodes=2, gpus_per_node=1, ray_address="auto").n_gpus == 2
+    # the per-rank layout (verl_ext.layout) needs whole mini-batches per rank: refused early
+    with pytest.raises(ConfigError, match="does not split over the 3 GPUs"):
+        launches("test", *CPU, "cluster.gpus_per_node=3")
 
 
 def test_stop_session_leaves_no_process_of_verls_session() -> None:
